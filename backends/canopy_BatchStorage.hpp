@@ -1,0 +1,54 @@
+/// \file canopy_BatchStorage.hpp
+/// \brief Owned batch buffers in the memory a design asks for (host, Kokkos space, CUDA device),
+/// behind one interface so checks and the replay engine need not know where memory lives.
+#pragma once
+
+#include "canopy_Batch.hpp"
+#include "canopy_Design.hpp"
+#include "canopy_Reference.hpp"
+
+#include <memory>
+#include <vector>
+
+namespace canopy
+{
+class BatchStorage
+{
+public:
+  virtual ~BatchStorage() = default;
+  /// \brief Metadata into the static buffers (what a graph runner copies before each replay).
+  virtual void setMetadata(BatchMetadata const &meta, ModelShape const &shape) = 0;
+  /// \brief Metadata, q and the KV pool.
+  virtual void upload(HostProblem const &problem) = 0;
+  virtual void poisonOutput() = 0;
+  /// \brief Waits for all work enqueued on the storage's stream/space, then copies the used output rows.
+  virtual std::vector<uint16_t> downloadOutput() = 0;
+  virtual BatchRef ref() const = 0;
+  virtual ExecContext context() const { return {}; }
+  /// \brief Waits for work enqueued on context().
+  virtual void sync() {}
+};
+
+/// \brief Storage for \p kind; throws InputError when that memory is not available in this build.
+std::unique_ptr<BatchStorage> makeBatchStorage(MemoryKind kind, BatchCapacity const &capacity);
+
+#ifdef CANOPY_HAVE_CUDA_DESIGNS
+/// Provided by backends/cuda (device buffers owned by a small RAII type; no Kokkos CUDA needed).
+std::unique_ptr<BatchStorage> makeCudaBatchStorage(BatchCapacity const &capacity);
+#endif
+
+/// \brief Plan bounds that exactly fit one problem.
+PlanBounds boundsOf(HostProblem const &problem);
+
+/// \brief Outcome of running one design on one problem against the fp64 reference.
+struct CheckResult
+{
+  std::string design, path;
+  ErrorStats error;
+};
+
+/// \brief plan + upload + poison + run + download + compare. \p reference is the fp64 output of
+/// referenceAttention(problem).
+CheckResult checkDesign(Design &design, HostProblem const &problem, DesignOptions const &options,
+                        std::vector<double> const &reference);
+} // namespace canopy

@@ -1,0 +1,81 @@
+/// \file canopy_Design.hpp
+/// \brief The one interface every verify-attention design implements: plan (host work, workspace
+/// sizing) then run (enqueue only; capture-safe).
+#pragma once
+
+#include "canopy_BatchRef.hpp"
+#include "canopy_Types.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace canopy
+{
+/// Where a design wants its batch buffers and workspace.
+enum class MemoryKind
+{
+  kHost,       ///< host memory (Kokkos host spaces, the reference)
+  kKokkos,     ///< Kokkos::DefaultExecutionSpace::memory_space (host on Debian's Serial Kokkos)
+  kCudaDevice  ///< cudaMalloc'd device memory, reached without Kokkos CUDA
+};
+
+/// How the workspace (split partials) is provided (DESIGN.md §2).
+enum class WorkspaceStrategy
+{
+  kPersistent,  ///< sized once for the largest bucket in plan()
+  kPerCall,     ///< allocated inside run (stream-ordered on CUDA: a graph memory node under capture)
+  kGrow         ///< grows during eager warm-up, fixed before capture
+};
+std::string toString(WorkspaceStrategy s);
+WorkspaceStrategy parseWorkspaceStrategy(std::string const &name, std::string const &what = "workspace");
+
+/// \brief Upper bounds a design is planned for: one graph bucket. Grid sizes derive from these only.
+struct PlanBounds
+{
+  int max_batch = 1;
+  int max_tree = 1;          ///< max T_b
+  int64_t max_prefix = 0;    ///< max P_b
+  int64_t max_nodes = 1;     ///< max sum T
+  int num_heads = 8;
+  MaskLayout mask_layout = MaskLayout::kFull;
+};
+
+/// \brief Knobs shared by designs; a design ignores what does not apply to it.
+struct DesignOptions
+{
+  int nsplit = 16;           ///< KV splits per request (split-K)
+  WorkspaceStrategy workspace = WorkspaceStrategy::kPersistent;
+  bool strict = false;       ///< a fallback to another path is an error instead of a recorded fact
+};
+
+/// \brief Where run() may enqueue: a CUDA stream (as void*, so core stays CUDA-free) for CUDA designs.
+struct ExecContext
+{
+  void *cuda_stream = nullptr;
+};
+
+class Design
+{
+public:
+  virtual ~Design() = default;
+  virtual std::string name() const = 0;
+  virtual MemoryKind memory() const = 0;
+  /// \brief Host work: validates that the design serves these bounds (InputError otherwise),
+  /// sizes and (for persistent) allocates the workspace. May allocate; never called under capture.
+  virtual void plan(PlanBounds const &bounds, DesignOptions const &options) = 0;
+  /// \brief Enqueues the attention for \p batch (within the planned bounds). No host sync, no
+  /// allocation (except kPerCall on CUDA), no copy or conversion of the metadata buffers.
+  virtual void run(BatchRef const &batch, ExecContext const &ctx) = 0;
+  /// \brief The kernel path the last run took (e.g. "cuda-sm120/mma", "kokkos-team"); a fallback
+  /// shows here, so result rows can say what actually ran.
+  virtual std::string path() const { return name(); }
+  /// \brief Bytes of workspace currently held.
+  virtual size_t workspaceBytes() const { return 0; }
+  /// \brief Whether run() may be captured into a CUDA graph.
+  virtual bool captureSafe() const { return false; }
+};
+
+using DesignPtr = std::unique_ptr<Design>;
+} // namespace canopy

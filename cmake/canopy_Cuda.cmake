@@ -1,0 +1,17 @@
+# The hand-written CUDA designs need only nvcc (no Kokkos CUDA backend): they are built whenever a
+# CUDA compiler is found, for sm_90 (the H200 we measure on) and sm_120 (the design target).
+include(CheckLanguage)
+include(CMakeDependentOption)
+check_language(CUDA)
+set(_canopy_have_nvcc OFF)
+if(CMAKE_CUDA_COMPILER)
+  set(_canopy_have_nvcc ON)
+endif()
+cmake_dependent_option(CANOPY_ENABLE_CUDA_KERNELS "Build the hand-written CUDA designs" ON "_canopy_have_nvcc" OFF)
+if(CANOPY_ENABLE_CUDA_KERNELS)
+  set(CMAKE_CUDA_ARCHITECTURES ${CANOPY_CUDA_ARCHITECTURES})
+  enable_language(CUDA)
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  find_package(CUDAToolkit REQUIRED)
+endif()

@@ -1,0 +1,27 @@
+/// \file canopy_Error.hpp
+/// \brief Error types. InputError = bad user input (trace, config, flags, shapes): exit code 2.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace canopy
+{
+/// \brief Bad input from the user (malformed trace or config, out-of-range index, unsupported shape).
+/// The message names the thing and the first bad index. Command-line tools map it to exit code 2.
+class InputError : public std::runtime_error
+{
+public:
+  explicit InputError(std::string const &what) : std::runtime_error(what) {}
+};
+
+/// \brief A failure of the machine or a library (CUDA error, I/O failure). Exit code 3.
+class RuntimeFailure : public std::runtime_error
+{
+public:
+  explicit RuntimeFailure(std::string const &what) : std::runtime_error(what) {}
+};
+
+constexpr int EXIT_BAD_INPUT = 2;
+constexpr int EXIT_RUNTIME_FAILURE = 3;
+} // namespace canopy

@@ -1,0 +1,127 @@
+#include "canopy_Problem.hpp"
+
+#include "canopy_Bf16.hpp"
+#include "canopy_Error.hpp"
+#include "canopy_Random.hpp"
+#include "canopy_Tree.hpp"
+
+#include <algorithm>
+
+namespace canopy
+{
+int64_t BatchMetadata::maxTreeSize() const
+{
+  int64_t m = 0;
+  for (int b = 0; b < batchSize(); ++b)
+    m = std::max(m, treeSize(b));
+  return m;
+}
+
+int64_t BatchMetadata::maxPrefixLen() const
+{
+  int64_t m = 0;
+  for (int b = 0; b < batchSize(); ++b)
+    m = std::max(m, prefixLen(b));
+  return m;
+}
+
+BatchMetadata buildMetadata(std::vector<RequestSpec> const &requests, MaskLayout layout)
+{
+  BatchMetadata meta;
+  meta.mask_layout = layout;
+  for (size_t b = 0; b < requests.size(); ++b)
+  {
+    RequestSpec const &r = requests[b];
+    std::string const what = "request " + std::to_string(b);
+    if (r.parent.size() != r.tree_slots.size())
+      throw InputError(what + ": " + std::to_string(r.parent.size()) + " parents but " +
+                       std::to_string(r.tree_slots.size()) + " tree slots");
+    validateTree(r.parent, what + " tree");
+    int64_t const p = static_cast<int64_t>(r.prefix_slots.size());
+    int64_t const t = static_cast<int64_t>(r.parent.size());
+    if (meta.kv_indptr.back() + p > INT32_MAX)
+      throw InputError(what + ": total prefix length overflows kv_indptr (int32)");
+    meta.kv_indices.insert(meta.kv_indices.end(), r.prefix_slots.begin(), r.prefix_slots.end());
+    meta.kv_indptr.push_back(static_cast<int32_t>(meta.kv_indptr.back() + p));
+    meta.out_cache_loc.insert(meta.out_cache_loc.end(), r.tree_slots.begin(), r.tree_slots.end());
+    meta.tree_parent.insert(meta.tree_parent.end(), r.parent.begin(), r.parent.end());
+    meta.qo_indptr.push_back(meta.qo_indptr.back() + t);
+    appendTreeMask(meta.custom_mask, r.parent, p, layout);
+    meta.mask_indptr.push_back(meta.mask_indptr.back() + maskBytes(t, p, layout));
+  }
+  return meta;
+}
+
+void padBatch(BatchMetadata &meta, int padded_batch)
+{
+  if (padded_batch < meta.batchSize())
+    throw InputError("padBatch: bucket " + std::to_string(padded_batch) + " is smaller than the batch (" +
+                     std::to_string(meta.batchSize()) + ")");
+  while (meta.batchSize() < padded_batch)
+  {
+    meta.kv_indptr.push_back(meta.kv_indptr.back());
+    meta.qo_indptr.push_back(meta.qo_indptr.back());
+    meta.mask_indptr.push_back(meta.mask_indptr.back());
+  }
+}
+
+namespace
+{
+template <class T>
+void checkOffsets(std::vector<T> const &off, size_t expected_size, int64_t total, std::string const &name)
+{
+  if (off.size() != expected_size)
+    throw InputError(name + ": has " + std::to_string(off.size()) + " entries, expected " + std::to_string(expected_size));
+  if (off.empty() || off[0] != 0)
+    throw InputError(name + ": entry 0 must be 0");
+  for (size_t i = 1; i < off.size(); ++i)
+    if (off[i] < off[i - 1])
+      throw InputError(name + ": not monotone at index " + std::to_string(i));
+  if (static_cast<int64_t>(off.back()) != total)
+    throw InputError(name + ": last entry " + std::to_string(off.back()) + " does not match the buffer length " +
+                     std::to_string(total));
+}
+} // namespace
+
+void validateMetadata(BatchMetadata const &meta, int64_t num_slots)
+{
+  size_t const rows = meta.qo_indptr.size();
+  if (rows < 1)
+    throw InputError("qo_indptr: empty");
+  checkOffsets(meta.qo_indptr, rows, static_cast<int64_t>(meta.out_cache_loc.size()), "qo_indptr");
+  checkOffsets(meta.kv_indptr, rows, static_cast<int64_t>(meta.kv_indices.size()), "kv_indptr");
+  checkOffsets(meta.mask_indptr, rows, static_cast<int64_t>(meta.custom_mask.size()), "mask_indptr");
+  if (meta.tree_parent.size() != meta.out_cache_loc.size())
+    throw InputError("tree_parent: has " + std::to_string(meta.tree_parent.size()) + " entries, expected " +
+                     std::to_string(meta.out_cache_loc.size()));
+  for (size_t i = 0; i < meta.kv_indices.size(); ++i)
+    if (meta.kv_indices[i] < 0 || meta.kv_indices[i] >= num_slots)
+      throw InputError("kv_indices: index " + std::to_string(i) + " holds slot " + std::to_string(meta.kv_indices[i]) +
+                       ", outside the pool of " + std::to_string(num_slots));
+  for (size_t i = 0; i < meta.out_cache_loc.size(); ++i)
+    if (meta.out_cache_loc[i] < 0 || meta.out_cache_loc[i] >= num_slots)
+      throw InputError("out_cache_loc: index " + std::to_string(i) + " holds slot " +
+                       std::to_string(meta.out_cache_loc[i]) + ", outside the pool of " + std::to_string(num_slots));
+  for (int b = 0; b < meta.batchSize(); ++b)
+  {
+    int64_t const t = meta.treeSize(b);
+    validateTree(meta.tree_parent.data() + meta.qo_indptr[b], t, "tree_parent of request " + std::to_string(b));
+    int64_t const want = maskBytes(t, meta.prefixLen(b), meta.mask_layout);
+    if (meta.mask_indptr[b + 1] - meta.mask_indptr[b] != want)
+      throw InputError("mask_indptr: request " + std::to_string(b) + " has " +
+                       std::to_string(meta.mask_indptr[b + 1] - meta.mask_indptr[b]) + " mask bytes, layout '" +
+                       toString(meta.mask_layout) + "' needs " + std::to_string(want));
+  }
+}
+
+void fillRandomValues(HostProblem &problem, uint64_t seed, float q_scale, float kv_scale)
+{
+  problem.q.resize(static_cast<size_t>(problem.meta.numNodes()) * problem.shape.num_heads * D_QK);
+  problem.kv_pool.resize(static_cast<size_t>(problem.num_slots) * D_QK);
+  SplitMix64 rng(seed);
+  for (auto &x : problem.q)
+    x = floatToBf16(q_scale * rng.uniformSigned());
+  for (auto &x : problem.kv_pool)
+    x = floatToBf16(kv_scale * rng.uniformSigned());
+}
+} // namespace canopy

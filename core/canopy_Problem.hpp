@@ -1,0 +1,70 @@
+/// \file canopy_Problem.hpp
+/// \brief One verify step on the host: SGLang-native metadata (exact dtypes) plus activations.
+#pragma once
+
+#include "canopy_Types.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace canopy
+{
+/// \brief One request of a verify step, as a serving stack sees it.
+struct RequestSpec
+{
+  std::vector<int64_t> prefix_slots;  ///< pool slot of each prefix token (P entries)
+  std::vector<int32_t> parent;        ///< draft tree, parent[0] = -1, parent[i] < i (T entries)
+  std::vector<int64_t> tree_slots;    ///< pool slot where each tree node's K/V was written (T entries)
+};
+
+/// \brief Metadata of one verify batch, exactly the buffers and dtypes SGLang's Triton backend
+/// holds for target-verify (DESIGN.md §1), plus Canopy's tree_parent (always filled: it is what the
+/// `parents` layout reads and what the reference and the checks use).
+struct BatchMetadata
+{
+  MaskLayout mask_layout = MaskLayout::kFull;
+  std::vector<int32_t> kv_indptr{0};      ///< [B+1]
+  std::vector<int64_t> kv_indices;        ///< [sum P]
+  std::vector<int64_t> qo_indptr{0};      ///< [B+1]
+  std::vector<int64_t> out_cache_loc;     ///< [sum T]
+  std::vector<uint8_t> custom_mask;       ///< layout-dependent, empty for kParents
+  std::vector<int64_t> mask_indptr{0};    ///< [B+1]
+  std::vector<int32_t> tree_parent;       ///< [sum T], parent within the request, -1 for roots
+
+  int batchSize() const { return static_cast<int>(qo_indptr.size()) - 1; }
+  int64_t numNodes() const { return qo_indptr.back(); }
+  int64_t prefixLen(int b) const { return kv_indptr[b + 1] - kv_indptr[b]; }
+  int64_t treeSize(int b) const { return qo_indptr[b + 1] - qo_indptr[b]; }
+  int64_t maxTreeSize() const;
+  int64_t maxPrefixLen() const;
+};
+
+/// \brief Builds the metadata of a batch from its requests; validates each tree (InputError names
+/// the request and node).
+BatchMetadata buildMetadata(std::vector<RequestSpec> const &requests, MaskLayout layout);
+
+/// \brief Appends empty requests (P = 0, T = 0) up to \p padded_batch rows, as graph buckets do.
+void padBatch(BatchMetadata &meta, int padded_batch);
+
+/// \brief Checks every invariant of \p meta against a pool of \p num_slots rows (offsets monotone,
+/// sizes consistent, slots in range, trees valid, mask sized for the layout). Throws InputError naming
+/// the buffer and the first bad index.
+void validateMetadata(BatchMetadata const &meta, int64_t num_slots);
+
+/// \brief A complete verify problem on the host: metadata, the KV pool and the queries.
+struct HostProblem
+{
+  ModelShape shape;
+  int64_t num_slots = 0;
+  BatchMetadata meta;
+  std::vector<uint16_t> q;        ///< bf16 bits [sum T][H][576]
+  std::vector<uint16_t> kv_pool;  ///< bf16 bits [num_slots][576]
+
+  size_t outElements() const { return static_cast<size_t>(meta.numNodes()) * shape.num_heads * D_V; }
+};
+
+/// \brief Fills q and the KV pool with bf16 values drawn from a seeded generator (uniform in
+/// [-scale, scale]); the same seed gives the same bits on every machine.
+void fillRandomValues(HostProblem &problem, uint64_t seed, float q_scale = 1.0f, float kv_scale = 1.0f);
+} // namespace canopy

@@ -1,0 +1,41 @@
+/// \file canopy_Reference.hpp
+/// \brief fp64 host reference of tree-verify attention (DESIGN.md §1), and error statistics.
+#pragma once
+
+#include "canopy_BatchRef.hpp"
+#include "canopy_Problem.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace canopy
+{
+/// \brief out[i][h][:] = softmax(sm_scale * q[i][h] . K_vis^T) . V_vis in fp64, from bf16 inputs.
+/// Visibility follows the batch's own mask layout: custom_mask for full/tree, tree_parent for parents.
+/// \param ref host pointers (ref.out is not touched)
+/// \return fp64 [sum T][H][512]
+std::vector<double> referenceAttention(BatchRef const &ref);
+std::vector<double> referenceAttention(HostProblem const &problem);
+
+/// \brief BatchRef over a HostProblem's host vectors (out = \p out, may be null).
+BatchRef hostRef(HostProblem const &problem, uint16_t *out = nullptr);
+
+/// \brief How far a bf16 output is from the fp64 reference.
+struct ErrorStats
+{
+  double max_abs = 0;     ///< max |out - ref| over finite outputs
+  double rel_l2 = 0;      ///< ||out - ref|| / ||ref||
+  int64_t num_bad = 0;    ///< NaN/Inf or poison left in the output (unwritten)
+  int64_t first_bad = -1; ///< flat index of the first such element
+  bool pass = false;      ///< num_bad == 0 and within tolerance
+};
+
+/// bf16 output tolerance: bf16 has 8 significant bits (relative rounding 2^-9 = 0.2%); inputs are
+/// rounded too and the 512-long sums of P are done in fp32 by the designs. rel_l2 lands near 3e-3
+/// for correct kernels; an indexing or masking bug gives O(1e-1) or more.
+constexpr double REL_L2_TOLERANCE = 1e-2;
+
+ErrorStats compareToReference(std::vector<double> const &ref, uint16_t const *out, size_t count,
+                              double rel_l2_tolerance = REL_L2_TOLERANCE);
+} // namespace canopy

@@ -1,0 +1,101 @@
+#include "canopy_Tree.hpp"
+
+#include "canopy_Error.hpp"
+
+namespace canopy
+{
+std::string toString(MaskLayout layout)
+{
+  switch (layout)
+  {
+  case MaskLayout::kFull: return "full";
+  case MaskLayout::kTree: return "tree";
+  case MaskLayout::kParents: return "parents";
+  }
+  return "?";
+}
+
+MaskLayout parseMaskLayout(std::string const &name, std::string const &what)
+{
+  if (name == "full")
+    return MaskLayout::kFull;
+  if (name == "tree")
+    return MaskLayout::kTree;
+  if (name == "parents")
+    return MaskLayout::kParents;
+  throw InputError(what + ": unknown mask layout '" + name + "' (expected full, tree or parents)");
+}
+
+void validateTree(int32_t const *parent, int64_t size, std::string const &what)
+{
+  for (int64_t i = 0; i < size; ++i)
+  {
+    int32_t const p = parent[i];
+    if (i == 0 && p != -1)
+      throw InputError(what + ": node 0 must be the root (parent -1), has parent " + std::to_string(p));
+    if (i > 0 && p == -1)
+      throw InputError(what + ": node " + std::to_string(i) + " is a second root (parent -1); only node 0 may be a root");
+    if (i > 0 && (p < 0 || p >= i))
+      throw InputError(what + ": node " + std::to_string(i) + " has parent " + std::to_string(p) +
+                       " (must satisfy 0 <= parent < " + std::to_string(i) + ")");
+  }
+}
+
+std::vector<int32_t> treeDepths(std::vector<int32_t> const &parent)
+{
+  std::vector<int32_t> depth(parent.size(), 0);
+  for (size_t i = 1; i < parent.size(); ++i)
+    depth[i] = depth[parent[i]] + 1;
+  return depth;
+}
+
+std::vector<uint64_t> ancestorMasks(std::vector<int32_t> const &parent)
+{
+  if (parent.size() > 64)
+    throw InputError("tree: " + std::to_string(parent.size()) + " nodes exceed the 64 that an ancestor bitmask holds");
+  validateTree(parent);
+  std::vector<uint64_t> mask(parent.size(), 0);
+  for (size_t i = 0; i < parent.size(); ++i)
+    mask[i] = (parent[i] >= 0 ? mask[parent[i]] : 0) | (uint64_t{1} << i);
+  return mask;
+}
+
+bool isVisible(int32_t const *parent, int64_t i, int64_t j)
+{
+  for (int64_t k = i; k >= 0; k = parent[k])
+    if (k == j)
+      return true;
+  return false;
+}
+
+int64_t maskBytes(int64_t tree_size, int64_t prefix_len, MaskLayout layout)
+{
+  switch (layout)
+  {
+  case MaskLayout::kFull: return tree_size * (prefix_len + tree_size);
+  case MaskLayout::kTree: return tree_size * tree_size;
+  case MaskLayout::kParents: return 0;
+  }
+  return 0;
+}
+
+void appendTreeMask(std::vector<uint8_t> &mask, std::vector<int32_t> const &parent, int64_t prefix_len,
+                    MaskLayout layout)
+{
+  if (layout == MaskLayout::kParents)
+    return;
+  int64_t const t = static_cast<int64_t>(parent.size());
+  int64_t const prefix_cols = layout == MaskLayout::kFull ? prefix_len : 0;
+  size_t const base = mask.size();
+  mask.resize(base + static_cast<size_t>(t * (prefix_cols + t)), 0);
+  // Mark ancestors by walking up from each node: O(T * depth), no 64-node limit.
+  for (int64_t i = 0; i < t; ++i)
+  {
+    uint8_t *row = mask.data() + base + i * (prefix_cols + t);
+    for (int64_t c = 0; c < prefix_cols; ++c)
+      row[c] = 1;
+    for (int64_t k = i; k >= 0; k = parent[k])
+      row[prefix_cols + k] = 1;
+  }
+}
+} // namespace canopy

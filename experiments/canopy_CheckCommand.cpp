@@ -1,0 +1,93 @@
+/// \file canopy_CheckCommand.cpp
+/// \brief `canopy check`: every requested design against the fp64 reference, as a table.
+#include "canopy_BatchStorage.hpp"
+#include "canopy_Commands.hpp"
+#include "canopy_CostModel.hpp"
+#include "canopy_Error.hpp"
+#include "canopy_Generator.hpp"
+#include "canopy_Reference.hpp"
+#include "canopy_Registry.hpp"
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+namespace canopy::cli
+{
+namespace
+{
+struct CheckFlags
+{
+  GeneratorOptions gen;
+  std::string mask = "full";
+  std::string designs = "all";
+  int nsplit = 16;
+  bool strict = false;
+};
+
+std::vector<std::string> resolveDesigns(std::string const &list)
+{
+  if (list != "all")
+    return parseDesignList(list);
+  std::vector<std::string> names;
+  for (auto const &n : designNames())
+    if (n != "reference")
+      names.push_back(n);
+  return names;
+}
+
+int runCheck(CheckFlags f)
+{
+  f.gen.mask_layout = parseMaskLayout(f.mask, "--mask");
+  if (f.nsplit < 1)
+    throw InputError("--nsplit: must be >= 1, got " + std::to_string(f.nsplit));
+  std::vector<std::string> const designs = resolveDesigns(f.designs);
+  HostProblem const problem = generateProblem(f.gen);
+  std::vector<double> const reference = referenceAttention(problem);
+  Cost const cost = costOf(problem.meta, problem.shape.num_heads);
+
+  std::printf("canopy check: B=%d (+%d padded) H=%d T=%d P=%lld mask=%s ragged=%s seed=%llu nsplit=%d\n", f.gen.batch,
+              f.gen.padded_rows, f.gen.num_heads, f.gen.tree_size, static_cast<long long>(f.gen.prefix_len),
+              f.mask.c_str(), f.gen.ragged ? "yes" : "no", static_cast<unsigned long long>(f.gen.seed), f.nsplit);
+  std::printf("%.3f GFLOP, %.3f MB minimum traffic; tolerance rel-L2 <= %.0e, no NaN or unwritten element\n\n",
+              cost.flops * 1e-9, cost.bytes_min * 1e-6, REL_L2_TOLERANCE);
+  std::printf("| %-12s | %-24s | %-10s | %-10s | %-6s | %-6s |\n", "design", "path", "max abs", "rel L2", "bad", "result");
+  std::printf("|%s|%s|%s|%s|%s|%s|\n", std::string(14, '-').c_str(), std::string(26, '-').c_str(),
+              std::string(12, '-').c_str(), std::string(12, '-').c_str(), std::string(8, '-').c_str(),
+              std::string(8, '-').c_str());
+  DesignOptions options;
+  options.nsplit = f.nsplit;
+  options.strict = f.strict;
+  bool all_pass = true;
+  for (auto const &name : designs)
+  {
+    DesignPtr design = makeDesign(name);
+    CheckResult const r = checkDesign(*design, problem, options, reference);
+    all_pass = all_pass && r.error.pass;
+    std::printf("| %-12s | %-24s | %10.3e | %10.3e | %6lld | %-6s |\n", name.c_str(), r.path.c_str(), r.error.max_abs,
+                r.error.rel_l2, static_cast<long long>(r.error.num_bad), r.error.pass ? "pass" : "FAIL");
+  }
+  return all_pass ? 0 : 1;
+}
+} // namespace
+
+void addCheckCommand(CLI::App &app, Action &action)
+{
+  auto flags = std::make_shared<CheckFlags>();
+  CLI::App *cmd = app.add_subcommand("check", "Run designs against the fp64 reference on a generated problem");
+  cmd->add_option("--batch,-b", flags->gen.batch, "requests with work")->check(CLI::Range(0, 4096));
+  cmd->add_option("--heads", flags->gen.num_heads, "query heads")->check(CLI::Range(1, 128));
+  cmd->add_option("--tree,-t", flags->gen.tree_size, "tree nodes per request (max when ragged)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--prefix,-p", flags->gen.prefix_len, "prefix tokens per request (max when ragged)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  cmd->add_flag("--ragged", flags->gen.ragged, "draw T and P per request");
+  cmd->add_option("--padded", flags->gen.padded_rows, "empty rows appended (graph bucket padding)")->check(CLI::Range(0, 4096));
+  cmd->add_option("--mask", flags->mask, "mask layout: full, tree or parents")
+      ->check(CLI::IsMember({"full", "tree", "parents"}));
+  cmd->add_option("--seed", flags->gen.seed, "generator seed");
+  cmd->add_option("--designs", flags->designs, "comma-separated designs, or 'all'");
+  cmd->add_option("--nsplit", flags->nsplit, "KV splits per request")->check(CLI::Range(1, 1024));
+  cmd->add_flag("--strict", flags->strict, "a fallback to another kernel path is an error");
+  cmd->callback([flags, &action] { action = [flags] { return runCheck(*flags); }; });
+}
+} // namespace canopy::cli

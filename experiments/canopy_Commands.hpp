@@ -1,0 +1,16 @@
+/// \file canopy_Commands.hpp
+/// \brief Subcommands of the `canopy` command line; each lives in its own file and registers itself here.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace canopy::cli
+{
+/// A subcommand's action; returns the process exit code (0 ok, 1 check failed, 2 bad input).
+using Action = std::function<int()>;
+
+/// \brief Adds `canopy check` (designs vs the fp64 reference on a generated problem or a trace).
+void addCheckCommand(CLI::App &app, Action &action);
+} // namespace canopy::cli

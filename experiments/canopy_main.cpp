@@ -1,0 +1,48 @@
+/// \file canopy_main.cpp
+/// \brief The `canopy` command line: maps errors to exit codes (2 = bad input, 3 = runtime failure).
+#include "canopy_Commands.hpp"
+#include "canopy_Error.hpp"
+
+#include <Kokkos_Core.hpp>
+
+#include <iostream>
+
+int main(int argc, char **argv)
+{
+  CLI::App app{"Canopy: tree-verify attention for speculative decoding (absorbed MLA)"};
+  app.require_subcommand(1);
+  canopy::cli::Action action;
+  canopy::cli::addCheckCommand(app, action);
+  try
+  {
+    app.parse(argc, argv);
+  }
+  catch (CLI::CallForHelp const &e)
+  {
+    return app.exit(e);
+  }
+  catch (CLI::CallForAllHelp const &e)
+  {
+    return app.exit(e);
+  }
+  catch (CLI::ParseError const &e)
+  {
+    app.exit(e);
+    return canopy::EXIT_BAD_INPUT;
+  }
+  Kokkos::ScopeGuard guard;
+  try
+  {
+    return action ? action() : 0;
+  }
+  catch (canopy::InputError const &e)
+  {
+    std::cerr << "canopy: error: " << e.what() << "\n";
+    return canopy::EXIT_BAD_INPUT;
+  }
+  catch (std::exception const &e)
+  {
+    std::cerr << "canopy: failure: " << e.what() << "\n";
+    return canopy::EXIT_RUNTIME_FAILURE;
+  }
+}
