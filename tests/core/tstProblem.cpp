@@ -1,0 +1,165 @@
+/// \file tstProblem.cpp
+/// \brief Metadata building and validation, padding, the generator, the cost model and batch upload.
+#include "canopy_Batch.hpp"
+#include "canopy_CostModel.hpp"
+#include "canopy_Error.hpp"
+#include "canopy_Generator.hpp"
+#include "canopy_Problem.hpp"
+#include "canopy_TestSpaces.hpp"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace
+{
+using namespace canopy;
+
+BatchMetadata twoRequests(MaskLayout layout)
+{
+  return buildMetadata({RequestSpec{{3, 4, 5}, {-1, 0, 0}, {7, 8, 9}}, RequestSpec{{}, {-1, 0}, {1, 2}}}, layout);
+}
+
+TEST(Metadata, nativeBuffersForFullLayout)
+{
+  auto const m = twoRequests(MaskLayout::kFull);
+  EXPECT_EQ(m.kv_indptr, (std::vector<int32_t>{0, 3, 3}));
+  EXPECT_EQ(m.qo_indptr, (std::vector<int64_t>{0, 3, 5}));
+  EXPECT_EQ(m.mask_indptr, (std::vector<int64_t>{0, 18, 22}));  // 3*(3+3), 2*(0+2)
+  EXPECT_EQ(m.out_cache_loc, (std::vector<int64_t>{7, 8, 9, 1, 2}));
+  EXPECT_EQ(m.tree_parent, (std::vector<int32_t>{-1, 0, 0, -1, 0}));
+  EXPECT_NO_THROW(validateMetadata(m, 10));
+  EXPECT_EQ(twoRequests(MaskLayout::kTree).mask_indptr, (std::vector<int64_t>{0, 9, 13}));
+  EXPECT_TRUE(twoRequests(MaskLayout::kParents).custom_mask.empty());
+}
+
+void expectInvalid(BatchMetadata const &m, int64_t slots, std::string const &fragment)
+{
+  try
+  {
+    validateMetadata(m, slots);
+    FAIL() << "accepted, expected: " << fragment;
+  }
+  catch (InputError const &e)
+  {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(Metadata, validationNamesBufferAndIndex)
+{
+  auto m = twoRequests(MaskLayout::kFull);
+  expectInvalid(m, 9, "out_cache_loc: index 2 holds slot 9");
+  auto a = m;
+  a.kv_indices[1] = -1;
+  expectInvalid(a, 10, "kv_indices: index 1");
+  auto b = m;
+  b.qo_indptr[1] = 6;
+  expectInvalid(b, 10, "qo_indptr: not monotone at index 2");
+  auto c = m;
+  c.tree_parent[4] = 1;
+  expectInvalid(c, 10, "tree_parent of request 1: node 1 has parent 1");
+  auto d = m;
+  d.mask_indptr[1] = 17;
+  expectInvalid(d, 10, "mask_indptr: request 0");
+  auto e = m;
+  e.kv_indptr.back() = 4;
+  expectInvalid(e, 10, "kv_indptr: last entry 4");
+  EXPECT_THROW(buildMetadata({RequestSpec{{}, {0}, {1}}}, MaskLayout::kFull), InputError);
+  EXPECT_THROW(buildMetadata({RequestSpec{{}, {-1, 0}, {1}}}, MaskLayout::kFull), InputError);
+}
+
+TEST(Metadata, paddingAddsEmptyRows)
+{
+  auto m = twoRequests(MaskLayout::kTree);
+  padBatch(m, 4);
+  EXPECT_EQ(m.batchSize(), 4);
+  EXPECT_EQ(m.treeSize(3), 0);
+  EXPECT_EQ(m.prefixLen(2), 0);
+  EXPECT_NO_THROW(validateMetadata(m, 10));
+  EXPECT_THROW(padBatch(m, 3), InputError);
+}
+
+TEST(Generator, deterministicFragmentedAndValid)
+{
+  GeneratorOptions g;
+  g.batch = 4;
+  g.tree_size = 17;
+  g.prefix_len = 300;
+  g.ragged = true;
+  g.padded_rows = 1;
+  g.seed = 9;
+  HostProblem const a = generateProblem(g), b = generateProblem(g);
+  EXPECT_EQ(a.meta.kv_indices, b.meta.kv_indices);
+  EXPECT_EQ(a.q, b.q);
+  EXPECT_EQ(a.kv_pool, b.kv_pool);
+  EXPECT_NO_THROW(validateMetadata(a.meta, a.num_slots));
+  EXPECT_EQ(a.meta.batchSize(), 5);
+  EXPECT_EQ(a.meta.treeSize(4), 0);
+  // Every slot used once (prefix and tree), and slots are not one contiguous run.
+  std::set<int64_t> used(a.meta.kv_indices.begin(), a.meta.kv_indices.end());
+  used.insert(a.meta.out_cache_loc.begin(), a.meta.out_cache_loc.end());
+  EXPECT_EQ(used.size(), a.meta.kv_indices.size() + a.meta.out_cache_loc.size());
+  int breaks = 0;
+  for (size_t i = 1; i < a.meta.kv_indices.size(); ++i)
+    breaks += a.meta.kv_indices[i] != a.meta.kv_indices[i - 1] + 1;
+  EXPECT_GT(breaks, 3);
+  // Values are not zeros.
+  int zeros = 0;
+  for (auto x : a.q)
+    zeros += (x & 0x7fff) == 0;
+  EXPECT_LT(zeros, static_cast<int>(a.q.size() / 100));
+  g.seed = 10;
+  EXPECT_NE(generateProblem(g).q, a.q);
+}
+
+TEST(CostModel, knownShape)
+{
+  // B=1, H=8, T=33, P=4096: FLOPs = 2*8*33*(4096+33)*(576+512).
+  GeneratorOptions g;
+  g.tree_size = 33;
+  g.prefix_len = 4096;
+  g.mask_layout = MaskLayout::kTree;
+  HostProblem const p = generateProblem(g);
+  Cost const c = costOf(p.meta, 8);
+  EXPECT_DOUBLE_EQ(c.flops, 2.0 * 8 * 33 * 4129 * 1088);
+  double const bytes = 4129.0 * 1152 + 33.0 * 8 * (576 + 512) * 2 + 33.0 * 33;
+  EXPECT_DOUBLE_EQ(c.bytes_min, bytes);
+  // "about 1.89 H T FLOP/byte" (DESIGN.md §1) ignores q and out bytes, which lower it a little.
+  EXPECT_GT(c.intensity(), 0.85 * 1.89 * 8 * 33);
+  EXPECT_LT(c.intensity(), 1.89 * 8 * 33);
+  EXPECT_DOUBLE_EQ(rooflineSeconds(c, 1e12, 1e9), bytes / 1e9);
+}
+
+template <class ExecutionSpace>
+struct BatchUpload : ::testing::Test
+{
+};
+TYPED_TEST_SUITE(BatchUpload, CanopyExecSpaces);
+
+TYPED_TEST(BatchUpload, roundTripsMetadataAndPoisonsOutput)
+{
+  using Mem = typename TypeParam::memory_space;
+  GeneratorOptions g;
+  g.batch = 2;
+  g.tree_size = 5;
+  g.prefix_len = 20;
+  HostProblem const p = generateProblem(g);
+  VerifyBatch<Mem> batch(BatchCapacity::of(p));
+  batch.upload(p);
+  batch.poisonOutput();
+  auto out = batch.downloadOutput();
+  ASSERT_EQ(out.size(), p.outElements());
+  for (auto x : out)
+    ASSERT_TRUE(bf16IsNan(x));
+  auto kv = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), batch.kv_indices);
+  for (size_t i = 0; i < p.meta.kv_indices.size(); ++i)
+    ASSERT_EQ(kv(i), p.meta.kv_indices[i]);
+  BatchRef const r = batch.ref();
+  EXPECT_EQ(r.batch_size, 2);
+  EXPECT_EQ(r.num_nodes, 10);
+  GeneratorOptions big = g;
+  big.batch = 3;
+  EXPECT_THROW(batch.setMetadata(generateProblem(big).meta, p.shape), InputError);
+}
+} // namespace
