@@ -16,6 +16,16 @@ KOKKOS_INLINE_FUNCTION float log(float x) { return Kokkos::Experimental::log(x);
 template <class View> using HostMirror = typename View::HostMirror;
 #endif
 
+/// \brief A labelled fence where Kokkos has them (labels show in Kokkos tools), a plain one on 3.4.
+inline void fence([[maybe_unused]] std::string const &label)
+{
+#if KOKKOS_VERSION >= 30600
+  Kokkos::fence(label);
+#else
+  Kokkos::fence();
+#endif
+}
+
 /// \brief Version string "major.minor.patch" of the Kokkos we compiled against.
 inline std::string kokkosVersion()
 {

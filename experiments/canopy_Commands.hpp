@@ -13,4 +13,6 @@ using Action = std::function<int()>;
 
 /// \brief Adds `canopy check` (designs vs the fp64 reference on a generated problem or a trace).
 void addCheckCommand(CLI::App &app, Action &action);
+/// \brief Adds `canopy run` (experiment configs -> results and tables).
+void addRunCommand(CLI::App &app, Action &action);
 } // namespace canopy::cli

@@ -13,6 +13,7 @@ int main(int argc, char **argv)
   app.require_subcommand(1);
   canopy::cli::Action action;
   canopy::cli::addCheckCommand(app, action);
+  canopy::cli::addRunCommand(app, action);
   try
   {
     app.parse(argc, argv);

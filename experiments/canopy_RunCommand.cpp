@@ -1,0 +1,74 @@
+/// \file canopy_RunCommand.cpp
+/// \brief `canopy run CONFIG.toml [--out DIR]`: an experiment from a config to results and tables.
+#include "canopy_Commands.hpp"
+#include "canopy_Error.hpp"
+#include "canopy_ExperimentConfig.hpp"
+#include "canopy_ReplayEngine.hpp"
+#include "canopy_Results.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <unistd.h>
+
+namespace canopy::cli
+{
+namespace
+{
+struct RunFlags
+{
+  std::string config;
+  std::string out;
+  bool quiet = false;
+};
+
+/// Progress on stderr only when it is a terminal: logs and CI stay clean.
+class ProgressLine
+{
+public:
+  explicit ProgressLine(bool enabled) : _enabled(enabled && ::isatty(2)), _t0(std::chrono::steady_clock::now()) {}
+  void operator()(int64_t done, int64_t total)
+  {
+    if (!_enabled || total <= 0)
+      return;
+    double const el = std::chrono::duration<double>(std::chrono::steady_clock::now() - _t0).count();
+    double const eta = done > 0 ? el * static_cast<double>(total - done) / static_cast<double>(done) : 0;
+    std::fprintf(stderr, "\r[%lld/%lld steps] %.0f%%  elapsed %.0fs  ETA %.0fs   ", static_cast<long long>(done),
+                 static_cast<long long>(total), 100.0 * static_cast<double>(done) / static_cast<double>(total), el, eta);
+    if (done >= total)
+      std::fprintf(stderr, "\n");
+  }
+
+private:
+  bool _enabled;
+  std::chrono::steady_clock::time_point _t0;
+};
+
+int runRun(RunFlags const &f)
+{
+  ExperimentConfig cfg = loadExperimentConfig(f.config);
+  if (!f.out.empty())
+    cfg.out_dir = f.out;
+  auto progress = std::make_shared<ProgressLine>(cfg.progress && !f.quiet);
+  ResultSet const rs = runExperiment(cfg, [progress](int64_t d, int64_t t) { (*progress)(d, t); });
+  writeResults(rs, cfg.out_dir);
+  std::cout << toMarkdownTable(rs) << "\n";
+  std::cout << "wrote " << cfg.out_dir << "/{results.json,results.csv,table.md,table.tex}\n";
+  for (auto const &r : rs.rows)
+    if (r.status == "FAILED")
+      return 1;
+  return 0;
+}
+} // namespace
+
+void addRunCommand(CLI::App &app, Action &action)
+{
+  auto flags = std::make_shared<RunFlags>();
+  CLI::App *cmd = app.add_subcommand("run", "Run an experiment config: replay, time, check, write results and tables");
+  cmd->add_option("config", flags->config, "experiment config (TOML), see docs/experiments.md")->required();
+  cmd->add_option("--out", flags->out, "output folder (overrides output.dir)");
+  cmd->add_flag("--quiet", flags->quiet, "no progress line");
+  cmd->callback([flags, &action] { action = [flags] { return runRun(*flags); }; });
+}
+} // namespace canopy::cli

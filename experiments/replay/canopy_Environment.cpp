@@ -1,0 +1,78 @@
+#include "canopy_Environment.hpp"
+
+#include "canopy_Config.hpp"
+#include "canopy_Executor.hpp"
+#include "canopy_KokkosCompat.hpp"
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <sstream>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+namespace canopy
+{
+namespace
+{
+std::string runCommand(std::string const &cmd)
+{
+  std::array<char, 256> buf{};
+  std::string out;
+  if (FILE *f = ::popen(cmd.c_str(), "r"))
+  {
+    while (std::fgets(buf.data(), buf.size(), f))
+      out += buf.data();
+    ::pclose(f);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' '))
+    out.pop_back();
+  return out;
+}
+} // namespace
+
+std::string gitDescribe()
+{
+  std::string const dir = CANOPY_SOURCE_DIR;
+  std::string h = runCommand("git -C '" + dir + "' rev-parse --short=12 HEAD 2>/dev/null");
+  if (h.empty())
+    return "unknown";
+  if (!runCommand("git -C '" + dir + "' status --porcelain --untracked-files=no 2>/dev/null").empty())
+    h += "-dirty";
+  return h;
+}
+
+std::map<std::string, std::string> collectEnvironment(ExperimentConfig const &c, std::set<MemoryKind> const &kinds)
+{
+  std::map<std::string, std::string> env;
+  utsname u{};
+  if (::uname(&u) == 0)
+    env["host_os"] = std::string(u.sysname) + " " + u.release + " " + u.machine;
+  env["host_cores"] = std::to_string(::sysconf(_SC_NPROCESSORS_ONLN));
+  env["git"] = gitDescribe();
+  env["config"] = c.source_path;
+  env["config_hash"] = c.hash;
+  env["seed"] = std::to_string(c.seed);
+  env["kokkos_version"] = Compat::kokkosVersion();
+  env["kokkos_origin"] = CANOPY_KOKKOS_ORIGIN;
+  env["kokkos_default_space"] = Kokkos::DefaultExecutionSpace::name();
+  env["canopy_version"] = CANOPY_VERSION;
+  std::time_t const now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  env["date"] = buf;
+  std::string device;
+  for (MemoryKind k : kinds)
+  {
+    Executor &e = executorFor(k);
+    std::string const d = e.device();
+    if (device.find(d) == std::string::npos)
+      device += (device.empty() ? "" : "; ") + d;
+    for (auto const &[key, value] : e.environment())
+      env[key] = value;
+  }
+  env["device"] = device;
+  return env;
+}
+} // namespace canopy

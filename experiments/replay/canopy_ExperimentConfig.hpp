@@ -1,0 +1,80 @@
+/// \file canopy_ExperimentConfig.hpp
+/// \brief An experiment as a plain struct, one field per knob, parsed once from TOML (docs/experiments.md).
+#pragma once
+
+#include "canopy_Design.hpp"
+#include "canopy_Types.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace canopy
+{
+/// \brief A synthetic shape grid: every combination becomes one input group.
+struct ShapeSweep
+{
+  std::vector<int> batch{1};
+  std::vector<int> heads{8};
+  std::vector<int> tree{33};
+  std::vector<int64_t> prefix{4096};
+  bool ragged = false;
+  int steps = 1;            ///< independent problems drawn per shape (different seeds)
+  double pool_slack = 1.5;  ///< > 1 fragments the slots
+};
+
+enum class ExecMode
+{
+  kEager,
+  kGraph
+};
+std::string toString(ExecMode m);
+
+struct ExperimentConfig
+{
+  // [experiment]
+  std::string name = "experiment";
+  std::string description;
+  uint64_t seed = 1;
+  int warmup = 2;
+  int repetitions = 10;
+  std::string baseline;      ///< design that speedups are against (empty: first design)
+  double check_rate = 1.0;   ///< fraction of steps checked against the fp64 reference
+  int64_t max_check_flops = 0;  ///< skip the reference for steps above this many FLOPs (0: no limit)
+  // [inputs]
+  std::vector<std::string> traces;
+  int64_t max_steps = 0;     ///< per trace, 0 = all
+  std::string group_by = "trace";  ///< "trace" (one row per trace) or "batch" (one row per padded bucket)
+  std::vector<ShapeSweep> sweeps;
+  // [designs]
+  std::vector<std::string> designs;
+  // [options]: every combination is run
+  std::vector<MaskLayout> masks{MaskLayout::kFull};
+  std::vector<int> nsplit{16};
+  std::vector<WorkspaceStrategy> workspace{WorkspaceStrategy::kPersistent};
+  std::vector<ExecMode> modes{ExecMode::kEager};
+  std::vector<bool> l2_flush{false};
+  std::vector<int> buckets{1, 2, 4, 8, 16, 32, 64, 128, 256};
+  bool strict = false;
+  // [peaks]: the roofline on hosts (a GPU measures its own in the run)
+  double peak_flops = 0;
+  double peak_bytes_per_s = 0;
+  // [output]
+  std::string out_dir = "out";
+  bool progress = true;
+
+  std::string hash;  ///< of the config text, for the results' environment block
+  std::string source_path;
+};
+
+/// \brief Parses a TOML config. Unknown keys, wrong types and bad values throw InputError naming the
+/// key (e.g. "options.nsplit[1]: must be >= 1"). Relative trace paths resolve against \p base_dir
+/// when they do not exist relative to the working directory.
+ExperimentConfig parseExperimentConfig(std::string const &toml_text, std::string const &source_name,
+                                       std::string const &base_dir = ".");
+ExperimentConfig loadExperimentConfig(std::string const &path);
+
+/// \brief The smallest bucket >= batch; throws InputError when batch exceeds the largest bucket.
+int paddedBucket(std::vector<int> const &buckets, int batch);
+} // namespace canopy

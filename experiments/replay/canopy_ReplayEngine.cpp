@@ -1,0 +1,331 @@
+#include "canopy_ReplayEngine.hpp"
+
+#include "canopy_BatchStorage.hpp"
+#include "canopy_CostModel.hpp"
+#include "canopy_Environment.hpp"
+#include "canopy_Error.hpp"
+#include "canopy_Executor.hpp"
+#include "canopy_Random.hpp"
+#include "canopy_Reference.hpp"
+#include "canopy_Registry.hpp"
+#include "canopy_Statistics.hpp"
+#include "canopy_StepSource.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace canopy
+{
+bool stepChecked(uint64_t seed, int64_t step, double rate)
+{
+  if (rate >= 1.0)
+    return true;
+  if (rate <= 0.0)
+    return false;
+  SplitMix64 h(seed ^ (0xa0761d6478bd642full * static_cast<uint64_t>(step + 1)));
+  return h.uniform() < rate;
+}
+
+namespace
+{
+struct Combo
+{
+  std::string design;
+  MaskLayout mask;
+  int nsplit;
+  WorkspaceStrategy workspace;
+  ExecMode mode;
+  bool l2_flush;
+};
+
+std::vector<Combo> combos(ExperimentConfig const &c)
+{
+  std::vector<Combo> out;
+  for (auto const &m : c.masks)
+    for (int ns : c.nsplit)
+      for (auto ws : c.workspace)
+        for (auto mode : c.modes)
+          for (bool fl : c.l2_flush)
+            for (auto const &d : c.designs)
+              out.push_back({d, m, ns, ws, mode, fl});
+  return out;
+}
+
+/// Steps of one source grouped by padded bucket, with the capacity the bucket's static buffers need.
+struct Bucket
+{
+  int size = 0;
+  std::vector<int64_t> steps;
+  BatchCapacity capacity;
+  PlanBounds bounds;
+};
+
+std::map<int, Bucket> bucketize(StepSource const &src, ExperimentConfig const &c, MaskLayout mask)
+{
+  std::map<int, Bucket> buckets;
+  for (int64_t s = 0; s < src.numSteps(); ++s)
+  {
+    BatchMetadata const m = src.metadata(s, mask);
+    int const size = paddedBucket(c.buckets, m.batchSize());
+    Bucket &b = buckets[size];
+    b.size = size;
+    b.steps.push_back(s);
+    b.capacity.max_batch = size;
+    b.capacity.max_nodes = std::max(b.capacity.max_nodes, m.numNodes());
+    b.capacity.max_prefix_tokens = std::max<int64_t>(b.capacity.max_prefix_tokens, static_cast<int64_t>(m.kv_indices.size()));
+    b.capacity.max_mask_bytes = std::max<int64_t>(b.capacity.max_mask_bytes, static_cast<int64_t>(m.custom_mask.size()));
+    b.bounds.max_batch = size;
+    b.bounds.max_tree = std::max<int>(b.bounds.max_tree, static_cast<int>(m.maxTreeSize()));
+    b.bounds.max_prefix = std::max(b.bounds.max_prefix, m.maxPrefixLen());
+    b.bounds.max_nodes = std::max(b.bounds.max_nodes, m.numNodes());
+    b.bounds.mask_layout = mask;
+  }
+  return buckets;
+}
+
+struct RowAccumulator
+{
+  std::vector<double> samples, step_medians;
+  double flops = 0, bytes = 0, roofline = 0;
+  int64_t checked = 0;
+  double max_abs = 0, rel_l2 = 0;
+  bool failed = false;
+  std::string note;
+};
+
+class ReferenceCache
+{
+public:
+  std::vector<double> const &get(StepSource const &src, int64_t step, HostProblem const &p)
+  {
+    auto key = std::make_pair(src.label(), step);
+    auto it = _cache.find(key);
+    if (it == _cache.end())
+      it = _cache.emplace(key, referenceAttention(p)).first;
+    return it->second;
+  }
+
+private:
+  std::map<std::pair<std::string, int64_t>, std::vector<double>> _cache;
+};
+
+/// Compares against the recorded output when the trace has one, else against the fp64 reference.
+ErrorStats checkStep(StepSource const &src, int64_t step, HostProblem const &p, std::vector<uint16_t> const &out,
+                     ReferenceCache &refs)
+{
+  std::vector<uint16_t> const expected = src.expectedOutput(step);
+  if (!expected.empty())
+  {
+    std::vector<double> ref(expected.size());
+    for (size_t i = 0; i < ref.size(); ++i)
+      ref[i] = bf16ToFloat(expected[i]);
+    return compareToReference(ref, out.data(), std::min(out.size(), p.outElements()));
+  }
+  return compareToReference(refs.get(src, step, p), out.data(), std::min(out.size(), p.outElements()));
+}
+
+void runCombo(ExperimentConfig const &c, StepSource const &src, Combo const &k, ReferenceCache &refs, ResultRow &row,
+              std::map<int, RowAccumulator> &per_bucket, std::function<void(int64_t)> const &tick)
+{
+  DesignPtr design = makeDesign(k.design);
+  Executor &exec = executorFor(design->memory());
+  std::string why;
+  if (!exec.supports(k.mode, *design, &why))
+  {
+    row.status = "skipped";
+    row.note = why;
+    tick(src.numSteps());
+    return;
+  }
+  DesignOptions opt;
+  opt.nsplit = k.nsplit;
+  opt.workspace = k.workspace;
+  opt.strict = c.strict;
+  double const peak_f = exec.peakFlops() > 0 ? exec.peakFlops() : c.peak_flops;
+  double const peak_b = exec.peakBytesPerSecond() > 0 ? exec.peakBytesPerSecond() : c.peak_bytes_per_s;
+
+  for (auto &[size, bucket] : bucketize(src, c, k.mask))
+  {
+    RowAccumulator &acc = per_bucket[size];
+    std::unique_ptr<BatchStorage> storage;
+    bool prepared = false;
+    for (int64_t s : bucket.steps)
+    {
+      HostProblem p = src.problem(s, k.mask);
+      padBatch(p.meta, bucket.size);
+      if (!storage)
+      {
+        bucket.capacity.num_slots = p.num_slots;
+        bucket.capacity.num_heads = p.shape.num_heads;
+        bucket.bounds.num_heads = p.shape.num_heads;
+        try
+        {
+          design->plan(bucket.bounds, opt);
+        }
+        catch (InputError const &e)
+        {
+          acc.failed = true;
+          acc.note = std::string("unsupported: ") + e.what();
+          tick(static_cast<int64_t>(bucket.steps.size()));
+          break;
+        }
+        storage = makeBatchStorage(design->memory(), bucket.capacity);
+      }
+      else if (p.num_slots > bucket.capacity.num_slots)
+        throw InputError(src.label() + ": step " + std::to_string(s) + " needs a larger KV pool than earlier steps");
+      storage->upload(p);
+      if (!prepared)
+      {
+        // Eager warm-up first (module load, scratch growth, 'grow' workspaces), then capture.
+        for (int w = 0; w < std::max(1, c.warmup); ++w)
+          exec.timeRun(*design, *storage, ExecMode::kEager, false);
+        exec.prepare(*design, *storage, k.mode);
+        prepared = true;
+      }
+      if (stepChecked(c.seed, s, c.check_rate) &&
+          (c.max_check_flops <= 0 || costOf(p.meta, p.shape.num_heads).flops <= static_cast<double>(c.max_check_flops)))
+      {
+        storage->poisonOutput();
+        exec.timeRun(*design, *storage, k.mode, false);
+        ErrorStats const e = checkStep(src, s, p, storage->downloadOutput(), refs);
+        ++acc.checked;
+        acc.max_abs = std::max(acc.max_abs, e.max_abs);
+        acc.rel_l2 = std::max(acc.rel_l2, e.rel_l2);
+        if (!e.pass)
+        {
+          acc.failed = true;
+          acc.note = "step " + std::to_string(s) + ": rel L2 " + std::to_string(e.rel_l2) + ", " +
+                     std::to_string(e.num_bad) + " NaN/unwritten (first at " + std::to_string(e.first_bad) + ")";
+        }
+      }
+      if (!acc.failed)
+      {
+        for (int w = 0; w < c.warmup; ++w)
+          exec.timeRun(*design, *storage, k.mode, k.l2_flush);
+        std::vector<double> t;
+        for (int r = 0; r < c.repetitions; ++r)
+          t.push_back(exec.timeRun(*design, *storage, k.mode, k.l2_flush));
+        Cost const cost = costOf(p.meta, p.shape.num_heads);
+        acc.samples.insert(acc.samples.end(), t.begin(), t.end());
+        acc.step_medians.push_back(summarize(t).median);
+        acc.flops += cost.flops;
+        acc.bytes += cost.bytes_min;
+        if (peak_f > 0 && peak_b > 0)
+          acc.roofline += rooflineSeconds(cost, peak_f, peak_b);
+      }
+      tick(1);
+    }
+    exec.release();
+    row.workspace_bytes = std::max(row.workspace_bytes, static_cast<double>(design->workspaceBytes()));
+  }
+  row.path = design->path();
+}
+
+void finishRow(ResultRow &row, RowAccumulator const &acc)
+{
+  Summary const s = summarize(acc.samples);
+  row.samples = static_cast<int64_t>(s.n);
+  row.steps = static_cast<int64_t>(acc.step_medians.size());
+  row.median = s.n ? s.median : 0;
+  row.p10 = s.n ? s.p10 : 0;
+  row.p90 = s.n ? s.p90 : 0;
+  for (double m : acc.step_medians)
+    row.total_median += m;
+  row.flops = acc.flops;
+  row.bytes = acc.bytes;
+  if (row.total_median > 0)
+  {
+    row.tflops = acc.flops / row.total_median * 1e-12;
+    row.gbps = acc.bytes / row.total_median * 1e-9;
+    row.roofline_s = acc.roofline;
+    row.roofline_fraction = acc.roofline / row.total_median;
+  }
+  row.checked_steps = acc.checked;
+  row.max_abs = acc.max_abs;
+  row.rel_l2 = acc.rel_l2;
+  if (acc.failed)
+  {
+    row.status = "FAILED";
+    row.note = acc.note;
+  }
+}
+} // namespace
+
+ResultSet runExperiment(ExperimentConfig const &c, ProgressFn const &progress)
+{
+  ResultSet rs;
+  rs.experiment = c.name;
+  rs.description = c.description;
+  rs.baseline = c.baseline;
+  rs.repetitions = c.repetitions;
+  auto const sources = makeSources(c);
+  auto const all = combos(c);
+  int64_t total = 0, done = 0;
+  for (auto const &src : sources)
+    total += src->numSteps() * static_cast<int64_t>(all.size());
+  ProgressFn tick_total = progress;
+  std::function<void(int64_t)> const tick = [&](int64_t n) {
+    done += n;
+    if (tick_total)
+      tick_total(done, total);
+  };
+  std::set<MemoryKind> kinds;
+  ReferenceCache refs;
+  for (auto const &src : sources)
+    for (auto const &k : all)
+    {
+      ResultRow base;
+      base.input = src->label();
+      base.design = k.design;
+      base.mask = toString(k.mask);
+      base.nsplit = k.nsplit;
+      base.workspace = toString(k.workspace);
+      base.mode = toString(k.mode);
+      base.l2_flush = k.l2_flush;
+      std::map<int, RowAccumulator> per_bucket;
+      runCombo(c, *src, k, refs, base, per_bucket, tick);
+      kinds.insert(makeDesign(k.design)->memory());
+      if (base.status == "skipped")
+      {
+        base.group = "all";
+        rs.rows.push_back(base);
+        continue;
+      }
+      if (c.group_by == "batch")
+        for (auto const &[size, acc] : per_bucket)
+        {
+          ResultRow row = base;
+          row.group = "bucket " + std::to_string(size);
+          finishRow(row, acc);
+          rs.rows.push_back(row);
+        }
+      else
+      {
+        RowAccumulator merged;
+        for (auto const &[size, acc] : per_bucket)
+        {
+          merged.samples.insert(merged.samples.end(), acc.samples.begin(), acc.samples.end());
+          merged.step_medians.insert(merged.step_medians.end(), acc.step_medians.begin(), acc.step_medians.end());
+          merged.flops += acc.flops;
+          merged.bytes += acc.bytes;
+          merged.roofline += acc.roofline;
+          merged.checked += acc.checked;
+          merged.max_abs = std::max(merged.max_abs, acc.max_abs);
+          merged.rel_l2 = std::max(merged.rel_l2, acc.rel_l2);
+          if (acc.failed && !merged.failed)
+          {
+            merged.failed = true;
+            merged.note = "bucket " + std::to_string(size) + ": " + acc.note;
+          }
+        }
+        base.group = "all";
+        finishRow(base, merged);
+        rs.rows.push_back(base);
+      }
+    }
+  computeSpeedups(rs);
+  rs.environment = collectEnvironment(c, kinds);
+  return rs;
+}
+} // namespace canopy

@@ -1,0 +1,35 @@
+/// \file canopy_StepSource.hpp
+/// \brief Where replayed verify steps come from: a recorded trace or a synthetic shape.
+#pragma once
+
+#include "canopy_ExperimentConfig.hpp"
+#include "canopy_Problem.hpp"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace canopy
+{
+class StepSource
+{
+public:
+  virtual ~StepSource() = default;
+  virtual std::string label() const = 0;
+  virtual int64_t numSteps() const = 0;
+  /// \brief Metadata only (cheap): used to size buckets before any values are made.
+  virtual BatchMetadata metadata(int64_t step, MaskLayout layout) const = 0;
+  /// \brief Metadata + values (recorded, or seeded so every design sees identical inputs).
+  virtual HostProblem problem(int64_t step, MaskLayout layout) const = 0;
+  /// \brief Recorded expected output of the step (bf16 bits), empty when the source has none.
+  virtual std::vector<uint16_t> expectedOutput(int64_t) const { return {}; }
+  virtual bool recordedValues() const { return false; }
+};
+
+/// \brief One shape of a sweep, \p steps independent seeded problems.
+std::unique_ptr<StepSource> makeSyntheticSource(int batch, int heads, int tree, int64_t prefix, bool ragged, int steps,
+                                                double pool_slack, uint64_t seed);
+
+/// \brief Every input of the config (traces first, then the sweep grid), in a stable order.
+std::vector<std::unique_ptr<StepSource>> makeSources(ExperimentConfig const &config);
+} // namespace canopy

@@ -1,0 +1,133 @@
+/// \file tstExperimentConfig.cpp
+/// \brief Config parsing: defaults, lists, every bad key or value rejected with the key named; buckets.
+#include "canopy_Error.hpp"
+#include "canopy_ExperimentConfig.hpp"
+
+#include <gtest/gtest.h>
+
+namespace
+{
+using namespace canopy;
+
+std::string const kMinimal = R"(
+[inputs]
+[[inputs.sweep]]
+batch = [1, 4]
+tree = 17
+prefix = [0, 100]
+[designs]
+names = ["reference"]
+)";
+
+TEST(ExperimentConfig, minimalConfigGetsDefaults)
+{
+  auto const c = parseExperimentConfig(kMinimal, "minimal.toml");
+  ASSERT_EQ(c.sweeps.size(), 1u);
+  EXPECT_EQ(c.sweeps[0].batch, (std::vector<int>{1, 4}));
+  EXPECT_EQ(c.sweeps[0].tree, (std::vector<int>{17}));
+  EXPECT_EQ(c.sweeps[0].prefix, (std::vector<int64_t>{0, 100}));
+  EXPECT_EQ(c.baseline, "reference");
+  EXPECT_EQ(c.masks, (std::vector<MaskLayout>{MaskLayout::kFull}));
+  EXPECT_EQ(c.modes, (std::vector<ExecMode>{ExecMode::kEager}));
+  EXPECT_FALSE(c.hash.empty());
+  EXPECT_NE(parseExperimentConfig(kMinimal + "\n[output]\ndir = \"x\"\n", "m").hash, c.hash);
+}
+
+TEST(ExperimentConfig, everyOptionParses)
+{
+  auto const c = parseExperimentConfig(kMinimal + R"(
+[experiment]
+name = "full"
+seed = 42
+warmup = 0
+repetitions = 7
+check_rate = 0.25
+max_check_gflop = 1.5
+[options]
+mask = ["full", "tree", "parents"]
+nsplit = [1, 4, 16]
+workspace = ["per-call", "persistent", "grow"]
+mode = ["eager", "graph"]
+l2_flush = [true, false]
+buckets = [1, 8, 32]
+strict = true
+[peaks]
+gflops = 100.0
+gbytes_per_s = 20
+[output]
+dir = "out/full"
+progress = false
+)",
+                                       "full.toml");
+  EXPECT_EQ(c.name, "full");
+  EXPECT_EQ(c.seed, 42u);
+  EXPECT_EQ(c.repetitions, 7);
+  EXPECT_EQ(c.masks.size(), 3u);
+  EXPECT_EQ(c.nsplit, (std::vector<int>{1, 4, 16}));
+  EXPECT_EQ(c.workspace[2], WorkspaceStrategy::kGrow);
+  EXPECT_EQ(c.modes[1], ExecMode::kGraph);
+  EXPECT_EQ(c.l2_flush, (std::vector<bool>{true, false}));
+  EXPECT_EQ(c.buckets, (std::vector<int>{1, 8, 32}));
+  EXPECT_TRUE(c.strict);
+  EXPECT_DOUBLE_EQ(c.peak_flops, 100e9);
+  EXPECT_EQ(c.max_check_flops, 1500000000);
+  EXPECT_EQ(c.out_dir, "out/full");
+}
+
+void expectBad(std::string const &text, std::string const &key_fragment)
+{
+  try
+  {
+    parseExperimentConfig(text, "bad.toml");
+    FAIL() << "accepted a bad config, expected an error naming " << key_fragment;
+  }
+  catch (InputError const &e)
+  {
+    EXPECT_NE(std::string(e.what()).find(key_fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(ExperimentConfig, badConfigsNameTheKey)
+{
+  expectBad(kMinimal + "[experimnt]\nname = \"x\"\n", "experimnt: unknown key");
+  expectBad(kMinimal + "[options]\nnsplits = [4]\n", "options.nsplits: unknown key");
+  expectBad(kMinimal + "[options]\nnsplit = [4, 0]\n", "options.nsplit[1]: must be >= 1");
+  expectBad(kMinimal + "[options]\nmask = [\"full\", \"diagonal\"]\n", "options.mask[1]");
+  expectBad(kMinimal + "[options]\nworkspace = \"forever\"\n", "options.workspace[0]");
+  expectBad(kMinimal + "[options]\nmode = [\"lazy\"]\n", "options.mode[0]");
+  expectBad(kMinimal + "[options]\nbuckets = [8, 4]\n", "options.buckets[1]: buckets must increase");
+  expectBad(kMinimal + "[options]\nl2_flush = \"yes\"\n", "options.l2_flush: expected true or false");
+  expectBad(kMinimal + "[experiment]\nrepetitions = 0\n", "experiment.repetitions");
+  expectBad(kMinimal + "[experiment]\nrepetitions = \"many\"\n", "experiment.repetitions: expected an integer");
+  expectBad(kMinimal + "[experiment]\ncheck_rate = 2.0\n", "experiment.check_rate");
+  expectBad(kMinimal + "[experiment]\nbaseline = \"nosuch\"\n", "experiment.baseline");
+  expectBad(R"([[inputs.sweep]]
+tree = [0]
+[designs]
+names = ["reference"])",
+            "inputs.sweep[0].tree[0]: must be >= 1");
+  expectBad(R"([[inputs.sweep]]
+colour = 3
+[designs]
+names = ["reference"])",
+            "inputs.sweep[0].colour: unknown key");
+  expectBad("[inputs]\ntraces = [\"no/such/file.h5\"]\n[designs]\nnames = [\"reference\"]\n", "inputs.traces[0]: no such file");
+  expectBad("[inputs]\n[designs]\nnames = [\"reference\"]\n", "inputs:");
+  expectBad(R"([[inputs.sweep]]
+[designs]
+names = ["reference", "warp-drive"])",
+            "designs.names[1]");
+  expectBad("[inputs\n", "bad.toml:1");
+}
+
+TEST(Buckets, padToNextCapturedBucket)
+{
+  std::vector<int> const buckets{1, 2, 4, 8, 16};
+  EXPECT_EQ(paddedBucket(buckets, 1), 1);
+  EXPECT_EQ(paddedBucket(buckets, 3), 4);
+  EXPECT_EQ(paddedBucket(buckets, 8), 8);
+  EXPECT_EQ(paddedBucket(buckets, 9), 16);
+  EXPECT_EQ(paddedBucket(buckets, 0), 1);
+  EXPECT_THROW(paddedBucket(buckets, 17), InputError);
+}
+} // namespace

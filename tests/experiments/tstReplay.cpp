@@ -1,0 +1,135 @@
+/// \file tstReplay.cpp
+/// \brief The replay engine end to end on the host: rows per combination, bucket grouping,
+/// checks that fail, identical inputs and errors across runs, deterministic step sampling.
+#include "canopy_BatchStorage.hpp"
+#include "canopy_Design.hpp"
+#include "canopy_ExperimentConfig.hpp"
+#include "canopy_Registry.hpp"
+#include "canopy_ReplayEngine.hpp"
+
+#include <gtest/gtest.h>
+
+namespace
+{
+using namespace canopy;
+
+/// A design that is wrong on purpose: the engine must mark it FAILED, never time it silently.
+class WrongDesign final : public Design
+{
+public:
+  std::string name() const override { return "test-wrong"; }
+  MemoryKind memory() const override { return MemoryKind::kHost; }
+  void plan(PlanBounds const &, DesignOptions const &) override {}
+  void run(BatchRef const &b, ExecContext const &) override
+  {
+    for (int64_t i = 0; i < b.num_nodes * b.num_heads * D_V; ++i)
+      b.out[i] = 0x3f80;  // 1.0 everywhere
+  }
+};
+
+ExperimentConfig smallConfig()
+{
+  return parseExperimentConfig(R"(
+[experiment]
+repetitions = 2
+warmup = 0
+[inputs]
+group_by = "batch"
+[[inputs.sweep]]
+batch = [3]
+heads = [2]
+tree = [6]
+prefix = [40]
+ragged = true
+steps = 2
+[designs]
+names = ["reference"]
+[options]
+mask = ["tree", "parents"]
+buckets = [1, 4]
+)",
+                               "small.toml");
+}
+
+TEST(Replay, rowsPerCombinationAndBucket)
+{
+  ExperimentConfig const c = smallConfig();
+  int64_t last_done = 0, last_total = 0;
+  ResultSet const rs = runExperiment(c, [&](int64_t d, int64_t t) {
+    EXPECT_GE(d, last_done);
+    last_done = d;
+    last_total = t;
+  });
+  EXPECT_EQ(last_done, last_total);
+  ASSERT_EQ(rs.rows.size(), 2u);  // 2 masks x 1 design x bucket 4 (batch 3 padded)
+  for (auto const &r : rs.rows)
+  {
+    EXPECT_EQ(r.group, "bucket 4");
+    EXPECT_EQ(r.status, "ok") << r.note;
+    EXPECT_EQ(r.steps, 2);
+    EXPECT_EQ(r.samples, 4);
+    EXPECT_EQ(r.checked_steps, 2);
+    EXPECT_GT(r.median, 0);
+    EXPECT_GT(r.flops, 0);
+    EXPECT_DOUBLE_EQ(r.speedup, 1.0);
+  }
+  EXPECT_FALSE(rs.environment.at("git").empty());
+  EXPECT_EQ(rs.environment.at("seed"), "1");
+}
+
+TEST(Replay, sameConfigSameInputsSameErrors)
+{
+  ExperimentConfig const c = smallConfig();
+  ResultSet const a = runExperiment(c), b = runExperiment(c);
+  ASSERT_EQ(a.rows.size(), b.rows.size());
+  for (size_t i = 0; i < a.rows.size(); ++i)
+  {
+    EXPECT_EQ(a.rows[i].rel_l2, b.rows[i].rel_l2);
+    EXPECT_EQ(a.rows[i].max_abs, b.rows[i].max_abs);
+    EXPECT_EQ(a.rows[i].flops, b.rows[i].flops);
+  }
+}
+
+TEST(Replay, wrongDesignIsMarkedFailed)
+{
+  registerDesign("test-wrong", "always 1.0 (test only)", [] { return std::make_unique<WrongDesign>(); });
+  ExperimentConfig c = smallConfig();
+  c.designs = {"reference", "test-wrong"};
+  c.group_by = "trace";
+  ResultSet const rs = runExperiment(c);
+  ASSERT_EQ(rs.rows.size(), 4u);
+  for (auto const &r : rs.rows)
+  {
+    if (r.design == "test-wrong")
+    {
+      EXPECT_EQ(r.status, "FAILED");
+      EXPECT_EQ(r.samples, 0) << "a failing design must not be timed";
+      EXPECT_NE(r.note.find("rel L2"), std::string::npos);
+    }
+    else
+      EXPECT_EQ(r.status, "ok");
+  }
+}
+
+TEST(Replay, batchBeyondLargestBucketIsAnInputError)
+{
+  ExperimentConfig c = smallConfig();
+  c.buckets = {1, 2};
+  c.sweeps[0].ragged = false;
+  EXPECT_THROW(runExperiment(c), InputError);
+}
+
+TEST(Replay, stepSamplingIsDeterministic)
+{
+  int checked = 0;
+  for (int s = 0; s < 1000; ++s)
+  {
+    EXPECT_EQ(stepChecked(7, s, 0.3), stepChecked(7, s, 0.3));
+    checked += stepChecked(7, s, 0.3);
+  }
+  EXPECT_GT(checked, 240);
+  EXPECT_LT(checked, 360);
+  EXPECT_TRUE(stepChecked(7, 5, 1.0));
+  EXPECT_FALSE(stepChecked(7, 5, 0.0));
+}
+} // namespace
