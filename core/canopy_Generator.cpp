@@ -64,8 +64,8 @@ HostProblem generateProblem(GeneratorOptions const &opt)
   std::vector<std::pair<int64_t, int64_t>> runs;  // [start, length)
   for (int64_t s = 0; s < problem.num_slots;)
   {
-    int64_t len = 1 + static_cast<int64_t>(rng.exponential() * std::max(0.0, opt.mean_run - 1.0));
-    len = std::min(len, problem.num_slots - s);
+    double const want = 1.0 + rng.exponential() * std::max(0.0, opt.mean_run - 1.0);
+    int64_t const len = static_cast<int64_t>(std::min(want, static_cast<double>(problem.num_slots - s)));
     runs.emplace_back(s, len);
     s += len;
   }

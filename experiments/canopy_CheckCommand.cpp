@@ -7,6 +7,8 @@
 #include "canopy_Generator.hpp"
 #include "canopy_Reference.hpp"
 #include "canopy_Registry.hpp"
+#include "canopy_StepCheck.hpp"
+#include "canopy_StepSource.hpp"
 
 #include <cstdio>
 #include <iostream>
@@ -23,7 +25,23 @@ struct CheckFlags
   std::string designs = "all";
   int nsplit = 16;
   bool strict = false;
+  std::string trace;
+  int64_t steps = 0;
 };
+
+void printHeader()
+{
+  std::printf("| %-12s | %-24s | %-10s | %-10s | %-6s | %-6s |\n", "design", "path", "max abs", "rel L2", "bad", "result");
+  std::printf("|%s|%s|%s|%s|%s|%s|\n", std::string(14, '-').c_str(), std::string(26, '-').c_str(),
+              std::string(12, '-').c_str(), std::string(12, '-').c_str(), std::string(8, '-').c_str(),
+              std::string(8, '-').c_str());
+}
+
+void printRow(std::string const &name, std::string const &path, ErrorStats const &e)
+{
+  std::printf("| %-12s | %-24s | %10.3e | %10.3e | %6lld | %-6s |\n", name.c_str(), path.c_str(), e.max_abs, e.rel_l2,
+              static_cast<long long>(e.num_bad), e.pass ? "pass" : "FAIL");
+}
 
 std::vector<std::string> resolveDesigns(std::string const &list)
 {
@@ -48,10 +66,7 @@ int runCheck(CheckFlags f)
               f.mask.c_str(), f.gen.ragged ? "yes" : "no", static_cast<unsigned long long>(f.gen.seed), f.nsplit);
   std::printf("%.3f GFLOP, %.3f MB minimum traffic; tolerance rel-L2 <= %.0e, no NaN or unwritten element\n\n",
               cost.flops * 1e-9, cost.bytes_min * 1e-6, REL_L2_TOLERANCE);
-  std::printf("| %-12s | %-24s | %-10s | %-10s | %-6s | %-6s |\n", "design", "path", "max abs", "rel L2", "bad", "result");
-  std::printf("|%s|%s|%s|%s|%s|%s|\n", std::string(14, '-').c_str(), std::string(26, '-').c_str(),
-              std::string(12, '-').c_str(), std::string(12, '-').c_str(), std::string(8, '-').c_str(),
-              std::string(8, '-').c_str());
+  printHeader();
   DesignOptions options;
   options.nsplit = f.nsplit;
   options.strict = f.strict;
@@ -61,8 +76,44 @@ int runCheck(CheckFlags f)
     DesignPtr design = makeDesign(name);
     CheckResult const r = checkDesign(*design, problem, options, reference);
     all_pass = all_pass && r.error.pass;
-    std::printf("| %-12s | %-24s | %10.3e | %10.3e | %6lld | %-6s |\n", name.c_str(), r.path.c_str(), r.error.max_abs,
-                r.error.rel_l2, static_cast<long long>(r.error.num_bad), r.error.pass ? "pass" : "FAIL");
+    printRow(name, r.path, r.error);
+  }
+  return all_pass ? 0 : 1;
+}
+
+/// Every step of a trace through every design; the worst step's error per design is reported.
+int runTraceCheck(CheckFlags f)
+{
+  MaskLayout const mask = parseMaskLayout(f.mask, "--mask");
+  std::vector<std::string> const designs = resolveDesigns(f.designs);
+  auto const src = makeTraceSource(f.trace, f.steps, f.gen.seed);
+  std::printf("canopy check: trace %s, %lld steps, mask=%s, %s values, checked against %s; nsplit=%d\n\n",
+              src->label().c_str(), static_cast<long long>(src->numSteps()), f.mask.c_str(),
+              src->recordedValues() ? "recorded" : "seeded",
+              src->recordedValues() && !src->expectedOutput(0).empty() ? "the recorded output" : "the fp64 reference",
+              f.nsplit);
+  printHeader();
+  DesignOptions options;
+  options.nsplit = f.nsplit;
+  options.strict = f.strict;
+  ReferenceCache refs;
+  bool all_pass = true;
+  for (auto const &name : designs)
+  {
+    ErrorStats worst;
+    worst.pass = true;
+    std::string path;
+    for (int64_t s = 0; s < src->numSteps(); ++s)
+    {
+      HostProblem const p = src->problem(s, mask);
+      DesignPtr design = makeDesign(name);
+      CheckResult const r = checkDesign(*design, p, options, expectedOutput(*src, s, p, refs));
+      path = r.path;
+      if (worst.pass && (!r.error.pass || r.error.rel_l2 >= worst.rel_l2))
+        worst = r.error;  // the first failure, else the largest error
+    }
+    all_pass = all_pass && worst.pass;
+    printRow(name, path, worst);
   }
   return all_pass ? 0 : 1;
 }
@@ -85,6 +136,11 @@ void addCheckCommand(CLI::App &app, Action &action)
   cmd->add_option("--designs", flags->designs, "comma-separated designs, or 'all'");
   cmd->add_option("--nsplit", flags->nsplit, "KV splits per request")->check(CLI::Range(1, 1024));
   cmd->add_flag("--strict", flags->strict, "a fallback to another kernel path is an error");
-  cmd->callback([flags, &action] { action = [flags] { return runCheck(*flags); }; });
+  cmd->add_option("--trace", flags->trace, "check on every step of this trace (recorded values when present)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--steps", flags->steps, "with --trace: only the first N steps (0 = all)")->check(CLI::NonNegativeNumber);
+  cmd->callback([flags, &action] {
+    action = [flags] { return flags->trace.empty() ? runCheck(*flags) : runTraceCheck(*flags); };
+  });
 }
 } // namespace canopy::cli

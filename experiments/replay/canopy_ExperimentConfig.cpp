@@ -212,7 +212,7 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
         if (!st)
           throw InputError(where + ": expected a table");
         Reader s(*st, where);
-        s.allow({"batch", "heads", "tree", "prefix", "ragged", "steps", "pool_slack"});
+        s.allow({"batch", "heads", "tree", "prefix", "ragged", "steps", "pool_slack", "mean_run", "compacted"});
         ShapeSweep sw;
         s.getList("batch", sw.batch);
         s.getList("heads", sw.heads);
@@ -221,6 +221,17 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
         s.get("ragged", sw.ragged);
         s.get("steps", sw.steps);
         s.get("pool_slack", sw.pool_slack);
+        s.get("mean_run", sw.mean_run);
+        bool compacted = false;
+        s.get("compacted", compacted);
+        if (compacted)
+        {
+          // A defragmented pool: every request's slots in one run, no holes.
+          sw.pool_slack = 1.0;
+          sw.mean_run = 1e18;
+        }
+        if (sw.mean_run < 1)
+          throw InputError(where + ".mean_run: must be >= 1");
         requireAtLeast(sw.batch, 1, where + ".batch");
         requireAtLeast(sw.heads, 1, where + ".heads");
         requireAtLeast(sw.tree, 1, where + ".tree");

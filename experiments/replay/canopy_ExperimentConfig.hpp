@@ -21,7 +21,8 @@ struct ShapeSweep
   std::vector<int64_t> prefix{4096};
   bool ragged = false;
   int steps = 1;            ///< independent problems drawn per shape (different seeds)
-  double pool_slack = 1.5;  ///< > 1 fragments the slots
+  double pool_slack = 1.5;  ///< pool rows / rows needed: > 1 leaves holes between runs of slots
+  double mean_run = 16.0;   ///< mean run of consecutive slots; "compacted" = pool_slack 1 and a huge run
 };
 
 enum class ExecMode

@@ -9,6 +9,7 @@
 #include "canopy_Reference.hpp"
 #include "canopy_Registry.hpp"
 #include "canopy_Statistics.hpp"
+#include "canopy_StepCheck.hpp"
 #include "canopy_StepSource.hpp"
 
 #include <algorithm>
@@ -94,37 +95,6 @@ struct RowAccumulator
   std::string note;
 };
 
-class ReferenceCache
-{
-public:
-  std::vector<double> const &get(StepSource const &src, int64_t step, HostProblem const &p)
-  {
-    auto key = std::make_pair(src.label(), step);
-    auto it = _cache.find(key);
-    if (it == _cache.end())
-      it = _cache.emplace(key, referenceAttention(p)).first;
-    return it->second;
-  }
-
-private:
-  std::map<std::pair<std::string, int64_t>, std::vector<double>> _cache;
-};
-
-/// Compares against the recorded output when the trace has one, else against the fp64 reference.
-ErrorStats checkStep(StepSource const &src, int64_t step, HostProblem const &p, std::vector<uint16_t> const &out,
-                     ReferenceCache &refs)
-{
-  std::vector<uint16_t> const expected = src.expectedOutput(step);
-  if (!expected.empty())
-  {
-    std::vector<double> ref(expected.size());
-    for (size_t i = 0; i < ref.size(); ++i)
-      ref[i] = bf16ToFloat(expected[i]);
-    return compareToReference(ref, out.data(), std::min(out.size(), p.outElements()));
-  }
-  return compareToReference(refs.get(src, step, p), out.data(), std::min(out.size(), p.outElements()));
-}
-
 void runCombo(ExperimentConfig const &c, StepSource const &src, Combo const &k, ReferenceCache &refs, ResultRow &row,
               std::map<int, RowAccumulator> &per_bucket, std::function<void(int64_t)> const &tick)
 {
@@ -188,7 +158,7 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, Combo const &k, 
       {
         storage->poisonOutput();
         exec.timeRun(*design, *storage, k.mode, false);
-        ErrorStats const e = checkStep(src, s, p, storage->downloadOutput(), refs);
+        ErrorStats const e = checkStepOutput(src, s, p, storage->downloadOutput(), refs);
         ++acc.checked;
         acc.max_abs = std::max(acc.max_abs, e.max_abs);
         acc.rel_l2 = std::max(acc.rel_l2, e.rel_l2);

@@ -22,7 +22,8 @@ public:
   std::string label() const override
   {
     return "B=" + std::to_string(_opt.batch) + " H=" + std::to_string(_opt.num_heads) + " T=" +
-           std::to_string(_opt.tree_size) + " P=" + prefixLabel(_opt.prefix_len) + (_opt.ragged ? " ragged" : "");
+           std::to_string(_opt.tree_size) + " P=" + prefixLabel(_opt.prefix_len) + (_opt.ragged ? " ragged" : "") +
+           (_opt.pool_slack <= 1.0 && _opt.mean_run >= 1e9 ? " compacted" : "");
   }
   int64_t numSteps() const override { return _steps; }
   BatchMetadata metadata(int64_t s, MaskLayout layout) const override { return problem(s, layout).meta; }
@@ -70,8 +71,19 @@ private:
 #endif
 } // namespace
 
+std::unique_ptr<StepSource> makeTraceSource(std::string const &path, int64_t max_steps, uint64_t seed)
+{
+#ifdef CANOPY_HAVE_TRACE
+  return std::make_unique<TraceSource>(path, max_steps, seed);
+#else
+  (void)max_steps;
+  (void)seed;
+  throw InputError("trace '" + path + "': this build has no HDF5 trace support");
+#endif
+}
+
 std::unique_ptr<StepSource> makeSyntheticSource(int batch, int heads, int tree, int64_t prefix, bool ragged, int steps,
-                                                double pool_slack, uint64_t seed)
+                                                double pool_slack, double mean_run, uint64_t seed)
 {
   GeneratorOptions o;
   o.batch = batch;
@@ -80,6 +92,7 @@ std::unique_ptr<StepSource> makeSyntheticSource(int batch, int heads, int tree, 
   o.prefix_len = prefix;
   o.ragged = ragged;
   o.pool_slack = pool_slack;
+  o.mean_run = mean_run;
   o.seed = seed;
   return std::make_unique<SyntheticSource>(o, steps);
 }
@@ -87,20 +100,14 @@ std::unique_ptr<StepSource> makeSyntheticSource(int batch, int heads, int tree, 
 std::vector<std::unique_ptr<StepSource>> makeSources(ExperimentConfig const &c)
 {
   std::vector<std::unique_ptr<StepSource>> out;
-  for (size_t i = 0; i < c.traces.size(); ++i)
-  {
-#ifdef CANOPY_HAVE_TRACE
-    out.push_back(std::make_unique<TraceSource>(c.traces[i], c.max_steps, c.seed));
-#else
-    throw InputError("inputs.traces[" + std::to_string(i) + "]: this build has no HDF5 trace support");
-#endif
-  }
+  for (auto const &path : c.traces)
+    out.push_back(makeTraceSource(path, c.max_steps, c.seed));
   for (auto const &sw : c.sweeps)
     for (int b : sw.batch)
       for (int h : sw.heads)
         for (int t : sw.tree)
           for (int64_t p : sw.prefix)
-            out.push_back(makeSyntheticSource(b, h, t, p, sw.ragged, sw.steps, sw.pool_slack, c.seed));
+            out.push_back(makeSyntheticSource(b, h, t, p, sw.ragged, sw.steps, sw.pool_slack, sw.mean_run, c.seed));
   return out;
 }
 } // namespace canopy

@@ -28,7 +28,11 @@ public:
 
 /// \brief One shape of a sweep, \p steps independent seeded problems.
 std::unique_ptr<StepSource> makeSyntheticSource(int batch, int heads, int tree, int64_t prefix, bool ragged, int steps,
-                                                double pool_slack, uint64_t seed);
+                                                double pool_slack, double mean_run, uint64_t seed);
+
+/// \brief A recorded trace (validated on open; InputError naming the dataset otherwise).
+/// Throws InputError when this build has no HDF5 support.
+std::unique_ptr<StepSource> makeTraceSource(std::string const &path, int64_t max_steps, uint64_t seed);
 
 /// \brief Every input of the config (traces first, then the sweep grid), in a stable order.
 std::vector<std::unique_ptr<StepSource>> makeSources(ExperimentConfig const &config);
