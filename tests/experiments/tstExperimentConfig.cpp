@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 namespace
 {
 using namespace canopy;
@@ -118,6 +120,30 @@ names = ["reference"])",
 names = ["reference", "warp-drive"])",
             "designs.names[1]");
   expectBad("[inputs\n", "bad.toml:1");
+}
+
+// Every bundled config parses; the only error allowed is a design this build does not compile
+// (e.g. the CUDA designs in a host-only build).
+TEST(ExperimentConfig, bundledConfigsParse)
+{
+  int seen = 0;
+  for (auto const &e : std::filesystem::directory_iterator(CANOPY_CONFIG_DIR))
+  {
+    if (e.path().extension() != ".toml")
+      continue;
+    ++seen;
+    try
+    {
+      auto const c = loadExperimentConfig(e.path().string());
+      EXPECT_FALSE(c.designs.empty()) << e.path();
+    }
+    catch (InputError const &err)
+    {
+      EXPECT_NE(std::string(err.what()).find("is not compiled into this build"), std::string::npos)
+          << e.path() << ": " << err.what();
+    }
+  }
+  EXPECT_GE(seen, 6);
 }
 
 TEST(Buckets, padToNextCapturedBucket)
