@@ -15,4 +15,6 @@ using Action = std::function<int()>;
 void addCheckCommand(CLI::App &app, Action &action);
 /// \brief Adds `canopy run` (experiment configs -> results and tables).
 void addRunCommand(CLI::App &app, Action &action);
+/// \brief Adds `canopy trace synth | info | validate` (verify traces, HDF5 format v1).
+void addTraceCommands(CLI::App &app, Action &action);
 } // namespace canopy::cli

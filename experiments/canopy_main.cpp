@@ -14,6 +14,9 @@ int main(int argc, char **argv)
   canopy::cli::Action action;
   canopy::cli::addCheckCommand(app, action);
   canopy::cli::addRunCommand(app, action);
+#ifdef CANOPY_HAVE_TRACE
+  canopy::cli::addTraceCommands(app, action);
+#endif
   try
   {
     app.parse(argc, argv);

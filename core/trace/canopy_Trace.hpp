@@ -1,0 +1,104 @@
+/// \file canopy_Trace.hpp
+/// \brief Verify traces (format v1, DESIGN.md §3): the summary a reader exposes, the per-request form
+/// a writer takes, and the columnar form (one vector per HDF5 dataset) both are built on.
+#pragma once
+
+#include "canopy_Problem.hpp"
+#include "canopy_Types.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace canopy
+{
+/// Value of the root attribute `format`, and the only `version` this code reads and writes.
+constexpr char const *TRACE_FORMAT_NAME = "canopy-verify-trace";
+constexpr int64_t TRACE_FORMAT_VERSION = 1;
+
+/// \brief What a trace holds, known once it is open (and validated).
+struct TraceInfo
+{
+  std::string source, created;
+  ModelShape shape;
+  int64_t num_slots = 0;
+  int64_t num_steps = 0, num_requests = 0, num_nodes = 0, num_prefix_tokens = 0;
+  bool has_values = false, has_expected_out = false, has_accepted = false;
+};
+
+/// \brief One request row of one step. accepted = 0 means "not recorded" (a file either records it
+/// for every row or for none).
+struct TraceRequest
+{
+  int64_t request_id = 0;
+  RequestSpec spec;
+  int32_t accepted = 0;
+};
+
+struct TraceStep
+{
+  std::vector<TraceRequest> requests;
+};
+
+/// \brief A whole trace in the per-request form (convenient to build by hand; writeTrace takes it).
+struct TraceContent
+{
+  std::string source;
+  std::string created;  ///< ISO-8601; empty = the time of writing
+  ModelShape shape;
+  int64_t num_slots = 0;
+  std::vector<TraceStep> steps;
+  /// Optional /values: bf16 bits, q [N][H][576], kv [num_slots][576], out [N][H][512] (out may be
+  /// empty when q and kv are given; all three empty = no /values).
+  std::vector<uint16_t> q, kv, out;
+};
+
+/// \brief The columnar form: exactly the datasets of format v1, so reading, validating and writing
+/// are single passes over flat arrays. R = rows (request x step), N = tree nodes, K = prefix tokens.
+struct TraceColumns
+{
+  std::string source, created;
+  ModelShape shape;
+  int64_t num_slots = 0;
+  std::vector<int64_t> request_offset{0};  ///< /steps/request_offset [S+1]
+  std::vector<int64_t> request_id;         ///< /requests/request_id [R]
+  std::vector<int32_t> prefix_len;         ///< /requests/prefix_len [R]
+  std::vector<int64_t> tree_offset{0};     ///< /requests/tree_offset [R+1]
+  std::vector<int64_t> kv_offset{0};       ///< /requests/kv_offset [R+1]
+  std::vector<int32_t> accepted;           ///< /requests/accepted [R], empty = absent
+  std::vector<int32_t> parent;             ///< /tree/parent [N]
+  std::vector<int64_t> out_cache_loc;      ///< /tree/out_cache_loc [N]
+  std::vector<int64_t> kv_indices;         ///< /tokens/kv_indices [K]
+  bool has_values = false;                 ///< /values present (q and kv)
+  std::vector<uint16_t> q, kv, out;        ///< /values/q, /values/kv, /values/out (out may be empty)
+
+  int64_t numSteps() const { return static_cast<int64_t>(request_offset.size()) - 1; }
+  int64_t numRows() const { return static_cast<int64_t>(request_id.size()); }
+  int64_t numNodes() const { return static_cast<int64_t>(parent.size()); }
+
+  /// \brief Closes the current step: the rows appended since the last call belong to it.
+  void endStep() { request_offset.push_back(numRows()); }
+};
+
+/// \brief Checks every invariant of format v1 on the columns (DESIGN.md §3, docs/trace-format.md):
+/// offsets start at 0, are monotone and end at their dataset's length; prefix lengths match kv_offset;
+/// trees have one root (node 0) and parent[i] < i; accepted in [1, T]; slots in [0, num_slots); tree
+/// slots of a step are distinct and not in any prefix of that step; request ids unique per step;
+/// per-step prefix tokens fit kv_indptr's int32; values sized [N][H][576], [num_slots][576],
+/// [N][H][512] and finite where read. Linear time.
+/// \throws InputError naming the dataset and the first bad index.
+void validateTraceColumns(TraceColumns const &columns);
+
+/// \brief Per-request form -> columns (no validation).
+TraceColumns toColumns(TraceContent const &content);
+
+/// \brief The requests of step \p s as RequestSpecs (copies).
+std::vector<TraceRequest> stepRequests(TraceColumns const &columns, int64_t s);
+
+/// \brief SGLang-native metadata of step \p s (DESIGN.md §1) straight from the columns.
+/// \pre the columns are valid.
+BatchMetadata stepMetadata(TraceColumns const &columns, int64_t s, MaskLayout layout);
+
+/// \brief "YYYY-MM-DDTHH:MM:SSZ" for now (UTC).
+std::string isoTimestampNow();
+} // namespace canopy

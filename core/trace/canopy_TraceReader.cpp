@@ -1,0 +1,289 @@
+/// \file canopy_TraceReader.cpp
+/// \brief Trace reader: HDF5 -> columns (every dataset read once, whole) -> validation -> steps.
+#include "canopy_TraceReader.hpp"
+
+#include "canopy_Error.hpp"
+#include "canopy_TraceHdf5.hpp"
+
+#include <cctype>
+#include <filesystem>
+
+namespace canopy
+{
+namespace
+{
+using namespace Impl;
+
+Hid openGroup(hid_t file, std::string const &path)
+{
+  if (!linkExists(file, path))
+    throw InputError(path + ": missing (a required group of format v1)");
+  H5O_info_t info;
+  if (H5Oget_info_by_name2(file, path.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0 || info.type != H5O_TYPE_GROUP)
+  {
+    H5Eclear2(H5E_DEFAULT);
+    throw InputError(path + ": is not a group");
+  }
+  Hid g = ownGroup(H5Gopen2(file, path.c_str(), H5P_DEFAULT));
+  if (!g.valid())
+    throw InputError(path + ": cannot be opened (HDF5: " + hdf5ErrorMessage() + ")");
+  return g;
+}
+
+bool isIsoTimestamp(std::string const &s)
+{
+  // YYYY-MM-DDTHH:MM:SS, then anything (fraction, zone): what C++ and Python writers produce.
+  static char const pattern[] = "dddd-dd-ddTdd:dd:dd";
+  if (s.size() < sizeof(pattern) - 1)
+    return false;
+  for (size_t i = 0; i + 1 < sizeof(pattern); ++i)
+    if (pattern[i] == 'd' ? !std::isdigit(static_cast<unsigned char>(s[i])) : s[i] != pattern[i])
+      return false;
+  return true;
+}
+
+template <class T>
+std::vector<T> readVector(hid_t file, std::string const &path)
+{
+  Hid ds = openDataset(file, path);
+  checkIntType(ds.get(), IntKindOf<T>::value, path);
+  hsize_t const n = datasetDims(ds.get(), 1, path)[0];
+  std::vector<T> v(static_cast<size_t>(n));
+  readDataset(ds.get(), IntKindOf<T>::value, v.data(), n, path);
+  return v;
+}
+
+/// A /values dataset: uint16 bf16 bits with attribute dtype = "bfloat16", of exactly \p dims.
+std::vector<uint16_t> readValues(hid_t file, std::string const &path, std::vector<hsize_t> const &dims,
+                                 char const *dims_text)
+{
+  Hid ds = openDataset(file, path);
+  checkIntType(ds.get(), IntKind::kUInt16, path);
+  std::string const dtype = readStringAttr(ds.get(), "dtype", path);
+  if (dtype != "bfloat16")
+    throw InputError(path + ": attribute dtype is '" + dtype + "', expected 'bfloat16'");
+  std::vector<hsize_t> const got = datasetDims(ds.get(), static_cast<int>(dims.size()), path);
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (got[i] != dims[i])
+    {
+      std::string g, w;
+      for (size_t j = 0; j < dims.size(); ++j)
+      {
+        g += "[" + std::to_string(got[j]) + "]";
+        w += "[" + std::to_string(dims[j]) + "]";
+      }
+      throw InputError(path + ": has shape " + g + ", expected " + w + " (" + dims_text + "); dimension " +
+                       std::to_string(i) + " differs");
+    }
+  hsize_t count = 1;
+  for (hsize_t d : dims)
+    count *= d;
+  std::vector<uint16_t> v(static_cast<size_t>(count));
+  readDataset(ds.get(), IntKind::kUInt16, v.data(), count, path);
+  return v;
+}
+
+TraceColumns readColumns(hid_t file)
+{
+  TraceColumns c;
+  {
+    Hid root = openGroup(file, "/");
+    std::string const format = readStringAttr(root.get(), "format", "/");
+    if (format != TRACE_FORMAT_NAME)
+      throw InputError("/: attribute format is '" + format + "', expected '" + TRACE_FORMAT_NAME + "'");
+    int64_t const version = readIntAttr(root.get(), "version", "/");
+    if (version != TRACE_FORMAT_VERSION)
+      throw InputError("/: attribute version is " + std::to_string(version) + "; this reader reads version " +
+                       std::to_string(TRACE_FORMAT_VERSION));
+    c.source = readStringAttr(root.get(), "source", "/");
+    c.created = readStringAttr(root.get(), "created", "/");
+    if (!isIsoTimestamp(c.created))
+      throw InputError("/: attribute created is '" + c.created + "', expected ISO-8601 (YYYY-MM-DDTHH:MM:SS...)");
+  }
+  {
+    Hid model = openGroup(file, "/model");
+    int64_t const heads = readIntAttr(model.get(), "num_heads", "/model");
+    if (heads < 1 || heads > 4096)
+      throw InputError("/model: attribute num_heads is " + std::to_string(heads) + ", must be in [1, 4096]");
+    c.shape.num_heads = static_cast<int>(heads);
+    int64_t const d_latent = readIntAttr(model.get(), "d_latent", "/model");
+    int64_t const d_rope = readIntAttr(model.get(), "d_rope", "/model");
+    if (d_latent != D_LATENT || d_rope != D_ROPE)
+      throw InputError("/model: attributes d_latent = " + std::to_string(d_latent) + ", d_rope = " +
+                       std::to_string(d_rope) + "; only absorbed MLA with 512 + 64 is supported");
+    c.shape.sm_scale = readFloatAttr(model.get(), "sm_scale", "/model");
+    std::string const kv_dtype = readStringAttr(model.get(), "kv_dtype", "/model");
+    if (kv_dtype != "bf16")
+      throw InputError("/model: attribute kv_dtype is '" + kv_dtype + "', only 'bf16' is supported");
+  }
+  {
+    Hid pool = openGroup(file, "/pool");
+    c.num_slots = readIntAttr(pool.get(), "num_slots", "/pool");
+  }
+  c.request_offset = readVector<int64_t>(file, "/steps/request_offset");
+  c.request_id = readVector<int64_t>(file, "/requests/request_id");
+  c.prefix_len = readVector<int32_t>(file, "/requests/prefix_len");
+  c.tree_offset = readVector<int64_t>(file, "/requests/tree_offset");
+  c.kv_offset = readVector<int64_t>(file, "/requests/kv_offset");
+  if (linkExists(file, "/requests/accepted"))
+    c.accepted = readVector<int32_t>(file, "/requests/accepted");
+  c.parent = readVector<int32_t>(file, "/tree/parent");
+  c.out_cache_loc = readVector<int64_t>(file, "/tree/out_cache_loc");
+  c.kv_indices = readVector<int64_t>(file, "/tokens/kv_indices");
+  if (linkExists(file, "/values"))
+  {
+    // Shapes checked before reading, against the validated sizes they must match.
+    openGroup(file, "/values");
+    validateTraceColumns(c);
+    c.has_values = true;
+    hsize_t const N = static_cast<hsize_t>(c.numNodes()), H = static_cast<hsize_t>(c.shape.num_heads);
+    c.q = readValues(file, "/values/q", {N, H, D_QK}, "[N][num_heads][576]");
+    c.kv = readValues(file, "/values/kv", {static_cast<hsize_t>(c.num_slots), D_QK}, "[num_slots][576]");
+    if (linkExists(file, "/values/out"))
+      c.out = readValues(file, "/values/out", {N, H, D_V}, "[N][num_heads][512]");
+  }
+  validateTraceColumns(c);
+  return c;
+}
+
+TraceColumns readWith(std::string const &label, hid_t fapl, char const *open_name)
+{
+  quietHdf5();
+  try
+  {
+    Hid file = ownFile(H5Fopen(open_name, H5F_ACC_RDONLY, fapl));
+    if (!file.valid())
+      throw InputError("not a readable HDF5 file (truncated, corrupt or another format) (HDF5: " +
+                       hdf5ErrorMessage() + ")");
+    return readColumns(file.get());
+  }
+  catch (InputError const &e)
+  {
+    throw InputError(label + ": " + e.what());
+  }
+}
+
+TraceInfo infoOf(TraceColumns const &c)
+{
+  TraceInfo info;
+  info.source = c.source;
+  info.created = c.created;
+  info.shape = c.shape;
+  info.num_slots = c.num_slots;
+  info.num_steps = c.numSteps();
+  info.num_requests = c.numRows();
+  info.num_nodes = c.numNodes();
+  info.num_prefix_tokens = static_cast<int64_t>(c.kv_indices.size());
+  info.has_values = c.has_values;
+  info.has_expected_out = c.has_values && !c.out.empty();
+  info.has_accepted = !c.accepted.empty();
+  return info;
+}
+} // namespace
+
+TraceColumns readTraceColumns(std::string const &path)
+{
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw InputError(path + ": " + (std::filesystem::exists(path, ec) ? "not a regular file" : "no such file"));
+  return readWith(path, H5P_DEFAULT, path.c_str());
+}
+
+TraceReader::TraceReader(std::string const &path) : _name(path), _columns(readTraceColumns(path)), _info(infoOf(_columns))
+{
+}
+
+TraceReader::TraceReader(TraceColumns columns, std::string name) : _name(std::move(name)), _columns(std::move(columns))
+{
+  try
+  {
+    validateTraceColumns(_columns);
+  }
+  catch (InputError const &e)
+  {
+    throw InputError(_name + ": " + e.what());
+  }
+  _info = infoOf(_columns);
+}
+
+TraceReader TraceReader::fromImage(void const *data, size_t size, std::string const &name)
+{
+  quietHdf5();
+  if (size == 0)
+    throw InputError(name + ": empty file image");
+  Hid fapl = ownPlist(H5Pcreate(H5P_FILE_ACCESS));
+  // Core driver without a backing store: the image is copied into HDF5's memory and never touches disk.
+  if (H5Pset_fapl_core(fapl.get(), 1 << 16, 0) < 0 || H5Pset_file_image(fapl.get(), const_cast<void *>(data), size) < 0)
+    throw RuntimeFailure(name + ": cannot set up an in-memory HDF5 file (HDF5: " + hdf5ErrorMessage() + ")");
+  return TraceReader(readWith(name, fapl.get(), name.c_str()), name);
+}
+
+void TraceReader::checkStep(int64_t s) const
+{
+  if (s < 0 || s >= numSteps())
+    throw InputError(_name + ": step " + std::to_string(s) + " out of range [0, " + std::to_string(numSteps()) + ")");
+}
+
+int TraceReader::stepBatchSize(int64_t s) const
+{
+  checkStep(s);
+  return static_cast<int>(_columns.request_offset[s + 1] - _columns.request_offset[s]);
+}
+
+BatchMetadata TraceReader::stepMetadata(int64_t s, MaskLayout layout) const
+{
+  checkStep(s);
+  return canopy::stepMetadata(_columns, s, layout);
+}
+
+HostProblem TraceReader::stepProblem(int64_t s, MaskLayout layout, uint64_t seed) const
+{
+  HostProblem p;
+  p.shape = _info.shape;
+  p.num_slots = _info.num_slots;
+  p.meta = stepMetadata(s, layout);
+  if (!_columns.has_values)
+  {
+    fillRandomValues(p, seed);
+    return p;
+  }
+  size_t const row = static_cast<size_t>(_info.shape.num_heads) * D_QK;
+  size_t const n0 = static_cast<size_t>(_columns.tree_offset[_columns.request_offset[s]]);
+  size_t const n1 = static_cast<size_t>(_columns.tree_offset[_columns.request_offset[s + 1]]);
+  p.q.assign(_columns.q.begin() + n0 * row, _columns.q.begin() + n1 * row);
+  p.kv_pool = _columns.kv;
+  return p;
+}
+
+std::vector<uint16_t> TraceReader::expectedOutput(int64_t s) const
+{
+  checkStep(s);
+  if (_columns.out.empty())
+    return {};
+  size_t const row = static_cast<size_t>(_info.shape.num_heads) * D_V;
+  size_t const n0 = static_cast<size_t>(_columns.tree_offset[_columns.request_offset[s]]);
+  size_t const n1 = static_cast<size_t>(_columns.tree_offset[_columns.request_offset[s + 1]]);
+  return {_columns.out.begin() + n0 * row, _columns.out.begin() + n1 * row};
+}
+
+std::vector<int32_t> TraceReader::accepted(int64_t s) const
+{
+  checkStep(s);
+  if (_columns.accepted.empty())
+    return {};
+  return {_columns.accepted.begin() + _columns.request_offset[s], _columns.accepted.begin() + _columns.request_offset[s + 1]};
+}
+
+std::vector<int64_t> TraceReader::requestIds(int64_t s) const
+{
+  checkStep(s);
+  return {_columns.request_id.begin() + _columns.request_offset[s],
+          _columns.request_id.begin() + _columns.request_offset[s + 1]};
+}
+
+std::vector<TraceRequest> TraceReader::stepRequests(int64_t s) const
+{
+  checkStep(s);
+  return canopy::stepRequests(_columns, s);
+}
+} // namespace canopy

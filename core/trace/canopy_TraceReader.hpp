@@ -1,0 +1,54 @@
+/// \file canopy_TraceReader.hpp
+/// \brief Reads a verify trace (format v1): the whole file is loaded and validated when it is opened,
+/// then each step is served as SGLang-native metadata (DESIGN.md §1) or as a complete HostProblem.
+#pragma once
+
+#include "canopy_Trace.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace canopy
+{
+/// \brief Loads the datasets of a trace file into host columns, checking attributes, presence,
+/// dtypes (exact integer size and sign, little-endian) and shapes; then validateTraceColumns.
+/// \throws InputError "<file>: <dataset>: <problem at the first bad index>" on any problem.
+TraceColumns readTraceColumns(std::string const &path);
+
+class TraceReader
+{
+public:
+  /// \brief Opens and validates everything up front; InputError on any problem (never a partial reader).
+  explicit TraceReader(std::string const &path);
+  /// \brief The same from an in-memory file image (fuzzing, embedded fixtures); \p name labels errors.
+  static TraceReader fromImage(void const *data, size_t size, std::string const &name = "<memory>");
+  /// \brief Wraps columns already in memory (validated here).
+  explicit TraceReader(TraceColumns columns, std::string name = "<memory>");
+
+  TraceInfo const &info() const { return _info; }
+  std::string const &name() const { return _name; }
+  TraceColumns const &columns() const { return _columns; }
+  int64_t numSteps() const { return _columns.numSteps(); }
+
+  /// \brief Requests in step \p s. The step accessors throw InputError for s outside [0, numSteps()).
+  int stepBatchSize(int64_t s) const;
+  /// \brief The SGLang-native buffers of step \p s in \p layout.
+  BatchMetadata stepMetadata(int64_t s, MaskLayout layout) const;
+  /// \brief Metadata plus values: the recorded q rows of the step and the recorded pool when the file
+  /// has /values, else q and the pool filled by fillRandomValues(problem, seed) (same seed, same bits).
+  HostProblem stepProblem(int64_t s, MaskLayout layout, uint64_t seed) const;
+  /// \brief Recorded /values/out rows of step \p s ([T][H][512] bf16 bits); empty when absent.
+  std::vector<uint16_t> expectedOutput(int64_t s) const;
+  /// \brief Accepted lengths of the step's requests; empty when the file does not record them.
+  std::vector<int32_t> accepted(int64_t s) const;
+  std::vector<int64_t> requestIds(int64_t s) const;
+  std::vector<TraceRequest> stepRequests(int64_t s) const;
+
+private:
+  void checkStep(int64_t s) const;
+  std::string _name;
+  TraceColumns _columns;
+  TraceInfo _info;
+};
+} // namespace canopy

@@ -1,0 +1,150 @@
+/// \file canopy_TraceStats.cpp
+/// \brief Trace statistics for `canopy trace info`.
+#include "canopy_TraceStats.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <unordered_set>
+
+namespace canopy
+{
+Distribution summarize(std::vector<int64_t> v)
+{
+  Distribution d;
+  d.count = static_cast<int64_t>(v.size());
+  if (v.empty())
+    return d;
+  std::sort(v.begin(), v.end());
+  double sum = 0;
+  for (int64_t x : v)
+    sum += static_cast<double>(x);
+  d.mean = sum / static_cast<double>(v.size());
+  auto rank = [&](double p) {
+    size_t const i = static_cast<size_t>(std::max(0.0, std::ceil(p * static_cast<double>(v.size())) - 1));
+    return v[std::min(i, v.size() - 1)];
+  };
+  d.min = v.front();
+  d.p10 = rank(0.10);
+  d.p50 = rank(0.50);
+  d.p90 = rank(0.90);
+  d.max = v.back();
+  return d;
+}
+
+TraceStats computeTraceStats(TraceColumns const &c)
+{
+  TraceStats s;
+  s.steps = c.numSteps();
+  s.rows = c.numRows();
+  s.nodes = c.numNodes();
+  s.prefix_tokens = static_cast<int64_t>(c.kv_indices.size());
+  std::vector<int64_t> batch, prefix, tree, depth, step_tokens;
+  for (int64_t st = 0; st < s.steps; ++st)
+  {
+    batch.push_back(c.request_offset[st + 1] - c.request_offset[st]);
+    step_tokens.push_back(c.kv_offset[c.request_offset[st + 1]] - c.kv_offset[c.request_offset[st]]);
+  }
+  std::vector<int32_t> node_depth;
+  for (int64_t r = 0; r < s.rows; ++r)
+  {
+    prefix.push_back(c.kv_offset[r + 1] - c.kv_offset[r]);
+    int64_t const n0 = c.tree_offset[r], t = c.tree_offset[r + 1] - n0;
+    tree.push_back(t);
+    node_depth.assign(static_cast<size_t>(t), 0);
+    int32_t deepest = 0;
+    for (int64_t i = 1; i < t; ++i)
+    {
+      node_depth[static_cast<size_t>(i)] = node_depth[static_cast<size_t>(c.parent[n0 + i])] + 1;
+      deepest = std::max(deepest, node_depth[static_cast<size_t>(i)]);
+    }
+    depth.push_back(deepest);
+    for (int64_t k = c.kv_offset[r]; k < c.kv_offset[r + 1]; ++k)
+      s.prefix_runs += (k == c.kv_offset[r] || c.kv_indices[k] != c.kv_indices[k - 1] + 1) ? 1 : 0;
+  }
+  s.batch = summarize(std::move(batch));
+  s.prefix = summarize(std::move(prefix));
+  s.tree = summarize(std::move(tree));
+  s.depth = summarize(std::move(depth));
+  s.step_tokens = summarize(std::move(step_tokens));
+  s.mean_run_length = s.prefix_runs > 0 ? static_cast<double>(s.prefix_tokens) / static_cast<double>(s.prefix_runs) : 0;
+  std::unordered_set<int64_t> ids(c.request_id.begin(), c.request_id.end());
+  s.distinct_requests = static_cast<int64_t>(ids.size());
+  if (!c.accepted.empty())
+  {
+    double sum = 0;
+    for (int32_t a : c.accepted)
+    {
+      if (static_cast<size_t>(a) >= s.accepted_histogram.size())
+        s.accepted_histogram.resize(static_cast<size_t>(a) + 1, 0);
+      ++s.accepted_histogram[static_cast<size_t>(a)];
+      sum += a;
+    }
+    s.mean_accepted = sum / static_cast<double>(c.accepted.size());
+  }
+  for (int64_t x : c.kv_indices)
+    s.max_slot = std::max(s.max_slot, x);
+  for (int64_t x : c.out_cache_loc)
+    s.max_slot = std::max(s.max_slot, x);
+  return s;
+}
+
+namespace
+{
+void appendf(std::string &out, char const *fmt, ...) __attribute__((format(printf, 2, 3)));
+void appendf(std::string &out, char const *fmt, ...)
+{
+  char buf[512];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(buf, sizeof(buf), fmt, args);
+  va_end(args);
+  out += buf;
+}
+
+void row(std::string &out, char const *name, Distribution const &d)
+{
+  appendf(out, "| %-22s | %10.1f | %9lld | %9lld | %9lld | %9lld | %9lld |\n", name, d.mean, static_cast<long long>(d.min),
+          static_cast<long long>(d.p10), static_cast<long long>(d.p50), static_cast<long long>(d.p90),
+          static_cast<long long>(d.max));
+}
+} // namespace
+
+std::string formatTraceStats(TraceInfo const &info, TraceStats const &s)
+{
+  std::string out;
+  appendf(out, "source: %s\ncreated: %s\n", info.source.c_str(), info.created.c_str());
+  appendf(out, "model: num_heads = %d, sm_scale = %.6g, d_latent = %d, d_rope = %d, kv bf16\n", info.shape.num_heads,
+          info.shape.sm_scale, D_LATENT, D_ROPE);
+  appendf(out, "pool: num_slots = %lld, largest slot used = %lld\n", static_cast<long long>(info.num_slots),
+          static_cast<long long>(s.max_slot));
+  appendf(out, "steps: %lld, request rows: %lld (%lld distinct requests), tree nodes: %lld, prefix tokens: %lld\n",
+          static_cast<long long>(s.steps), static_cast<long long>(s.rows), static_cast<long long>(s.distinct_requests),
+          static_cast<long long>(s.nodes), static_cast<long long>(s.prefix_tokens));
+  appendf(out, "values: %s%s\n\n", info.has_values ? "q and kv pool recorded" : "none (replay draws seeded values)",
+          info.has_expected_out ? ", expected out recorded" : "");
+  appendf(out, "| %-22s | %10s | %9s | %9s | %9s | %9s | %9s |\n", "per", "mean", "min", "p10", "p50", "p90", "max");
+  appendf(out, "|%s|%s|%s|%s|%s|%s|%s|\n", std::string(24, '-').c_str(), std::string(12, '-').c_str(),
+          std::string(11, '-').c_str(), std::string(11, '-').c_str(), std::string(11, '-').c_str(),
+          std::string(11, '-').c_str(), std::string(11, '-').c_str());
+  row(out, "batch size (step)", s.batch);
+  row(out, "prefix tokens (step)", s.step_tokens);
+  row(out, "P (request)", s.prefix);
+  row(out, "T (request)", s.tree);
+  row(out, "tree depth (request)", s.depth);
+  appendf(out, "\nfragmentation: %lld runs of consecutive slots, mean run length %.2f tokens (1 = scattered)\n",
+          static_cast<long long>(s.prefix_runs), s.mean_run_length);
+  if (s.accepted_histogram.empty())
+  {
+    out += "acceptance: not recorded\n";
+    return out;
+  }
+  appendf(out, "acceptance: mean accepted length %.3f\n\n| accepted | rows | share |\n|---|---|---|\n", s.mean_accepted);
+  for (size_t a = 1; a < s.accepted_histogram.size(); ++a)
+    if (s.accepted_histogram[a] > 0)
+      appendf(out, "| %zu | %lld | %.3f |\n", a, static_cast<long long>(s.accepted_histogram[a]),
+              static_cast<double>(s.accepted_histogram[a]) / static_cast<double>(s.rows));
+  return out;
+}
+} // namespace canopy

@@ -1,0 +1,353 @@
+/// \file canopy_TraceCommand.cpp
+/// \brief `canopy trace synth | info | validate`: make synthetic DDTree verify traces from a TOML
+/// config and/or flags, summarize a trace, and validate one (exit 2 naming the dataset and index).
+#include "canopy_Commands.hpp"
+#include "canopy_Error.hpp"
+#include "canopy_Reference.hpp"
+#include "canopy_TraceReader.hpp"
+#include "canopy_TraceSimulator.hpp"
+#include "canopy_TraceStats.hpp"
+#include "canopy_TraceWriter.hpp"
+
+#include <toml++/toml.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+
+namespace canopy::cli
+{
+namespace
+{
+/// A TOML table read with key paths in every error; keys nobody asked for are rejected by finish().
+class Table
+{
+public:
+  Table(toml::table const *t, std::string prefix) : _t(t), _prefix(std::move(prefix)) {}
+
+  std::string path(std::string const &key) const { return _prefix.empty() ? key : _prefix + "." + key; }
+
+  template <class T>
+  void get(std::string const &key, T &out)
+  {
+    _known.insert(key);
+    if (!_t)
+      return;
+    toml::node const *node = _t->get(key);
+    if (!node)
+      return;
+    if constexpr (std::is_same_v<T, bool>)
+    {
+      if (!node->is_boolean())
+        throw InputError(path(key) + ": expected true or false");
+      out = node->as_boolean()->get();
+    }
+    else if constexpr (std::is_same_v<T, std::string>)
+    {
+      if (!node->is_string())
+        throw InputError(path(key) + ": expected a string");
+      out = node->as_string()->get();
+    }
+    else if constexpr (std::is_floating_point_v<T>)
+    {
+      if (auto v = node->value<double>(); v && (node->is_floating_point() || node->is_integer()))
+        out = static_cast<T>(*v);
+      else
+        throw InputError(path(key) + ": expected a number");
+    }
+    else
+    {
+      if (!node->is_integer())
+        throw InputError(path(key) + ": expected an integer");
+      int64_t const v = node->as_integer()->get();
+      if (std::is_unsigned_v<T> && v < 0)
+        throw InputError(path(key) + ": expected a non-negative integer, got " + std::to_string(v));
+      if (std::is_same_v<T, int> && (v < INT32_MIN || v > INT32_MAX))
+        throw InputError(path(key) + ": " + std::to_string(v) + " does not fit an int");
+      out = static_cast<T>(v);
+    }
+  }
+
+  Table sub(std::string const &key)
+  {
+    _known.insert(key);
+    if (!_t)
+      return Table(nullptr, path(key));
+    toml::node const *node = _t->get(key);
+    if (node && !node->is_table())
+      throw InputError(path(key) + ": expected a table ([" + path(key) + "])");
+    return Table(node ? node->as_table() : nullptr, path(key));
+  }
+
+  void finish() const
+  {
+    if (!_t)
+      return;
+    for (auto const &[k, v] : *_t)
+      if (!_known.count(std::string(k.str())))
+      {
+        std::string known;
+        for (auto const &x : _known)
+          known += (known.empty() ? "" : ", ") + x;
+        throw InputError(path(std::string(k.str())) + ": unknown key (known here: " + known + ")");
+      }
+  }
+
+private:
+  toml::table const *_t;
+  std::string _prefix;
+  std::set<std::string> _known;
+};
+
+void readLength(Table t, LengthDistribution &d)
+{
+  std::string kind = toString(d.kind);
+  t.get("dist", kind);
+  d.kind = parseLengthKind(kind, t.path("dist"));
+  t.get("value", d.value);
+  t.get("min", d.min);
+  t.get("max", d.max);
+  t.get("median", d.median);
+  t.get("sigma", d.sigma);
+  t.finish();
+}
+
+SimulatorConfig readSimulatorToml(std::string const &file)
+{
+  toml::table doc;
+  try
+  {
+    doc = toml::parse_file(file);
+  }
+  catch (toml::parse_error const &e)
+  {
+    auto const &where = e.source().begin;
+    throw InputError(file + ":" + std::to_string(where.line) + ":" + std::to_string(where.column) + ": " +
+                     std::string(e.description()));
+  }
+  SimulatorConfig c;
+  Table root(&doc, "");
+  root.get("seed", c.seed);
+  root.get("steps", c.steps);
+  root.get("warmup_steps", c.warmup_steps);
+  root.get("source", c.source);
+  {
+    Table t = root.sub("model");
+    t.get("num_heads", c.shape.num_heads);
+    t.get("sm_scale", c.shape.sm_scale);
+    t.finish();
+  }
+  {
+    Table t = root.sub("arrivals");
+    std::string mode = toString(c.arrivals);
+    t.get("mode", mode);
+    if (mode != "fixed" && mode != "poisson")
+      throw InputError("arrivals.mode: unknown mode '" + mode + "' (expected fixed or poisson)");
+    c.arrivals = mode == "fixed" ? SimulatorConfig::Arrivals::kFixed : SimulatorConfig::Arrivals::kPoisson;
+    t.get("concurrency", c.concurrency);
+    t.get("rate", c.rate);
+    t.get("max_running", c.max_running);
+    t.finish();
+  }
+  readLength(root.sub("prompt"), c.prompt);
+  readLength(root.sub("output"), c.output);
+  {
+    Table t = root.sub("pool");
+    t.get("num_slots", c.num_slots);
+    t.get("sort_free", c.sort_free);
+    t.get("compact_every", c.compact_every);
+    t.finish();
+  }
+  {
+    Table t = root.sub("draft");
+    t.get("budget", c.budget);
+    t.get("max_depth", c.max_depth);
+    t.get("top_k", c.top_k);
+    t.get("alpha_top", c.alpha_top);
+    t.get("alpha_rest", c.alpha_rest);
+    t.get("alpha_tail", c.alpha_tail);
+    t.get("depth_decay", c.depth_decay);
+    t.finish();
+  }
+  {
+    Table t = root.sub("target");
+    t.get("agreement", c.agreement);
+    t.finish();
+  }
+  {
+    Table t = root.sub("values");
+    t.get("enabled", c.values);
+    t.get("seed", c.values_seed);
+    t.get("q_scale", c.q_scale);
+    t.get("kv_scale", c.kv_scale);
+    t.finish();
+  }
+  root.finish();
+  return c;
+}
+
+struct SynthFlags
+{
+  std::string config, out;
+  uint64_t seed = 0;
+  int64_t steps = 0, warmup = 0, num_slots = 0, compact_every = 0;
+  int concurrency = 0, budget = 0, heads = 0, deflate = 4;
+  double rate = 0;
+  bool values = false, sort_free = false, quiet = false;
+  std::map<std::string, CLI::Option *> given;
+  bool has(char const *flag) const
+  {
+    auto it = given.find(flag);
+    return it != given.end() && it->second->count() > 0;
+  }
+};
+
+int runSynth(SynthFlags const &f)
+{
+  SimulatorConfig c = f.config.empty() ? SimulatorConfig{} : readSimulatorToml(f.config);
+  if (f.has("--seed"))
+    c.seed = f.seed;
+  if (f.has("--steps"))
+    c.steps = f.steps;
+  if (f.has("--warmup"))
+    c.warmup_steps = f.warmup;
+  if (f.has("--concurrency"))
+  {
+    c.arrivals = SimulatorConfig::Arrivals::kFixed;
+    c.concurrency = f.concurrency;
+  }
+  if (f.has("--rate"))
+  {
+    c.arrivals = SimulatorConfig::Arrivals::kPoisson;
+    c.rate = f.rate;
+  }
+  if (f.has("--budget"))
+    c.budget = f.budget;
+  if (f.has("--heads"))
+    c.shape.num_heads = f.heads;
+  if (f.has("--num-slots"))
+    c.num_slots = f.num_slots;
+  if (f.has("--compact-every"))
+    c.compact_every = f.compact_every;
+  if (f.sort_free)
+    c.sort_free = true;
+  if (f.values)
+    c.values = true;
+
+  auto const t0 = std::chrono::steady_clock::now();
+  SimulatorSummary s;
+  TraceColumns const columns = simulateTrace(c, &s);
+  auto const t1 = std::chrono::steady_clock::now();
+  TraceWriteOptions w;
+  w.deflate_level = f.deflate;
+  writeTraceColumns(f.out, columns, w);
+  auto const t2 = std::chrono::steady_clock::now();
+  if (!f.quiet)
+  {
+    auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+    std::printf("wrote %s: %lld steps, %lld request rows (%lld admitted, %lld finished, %lld retracted), "
+                "%lld tree nodes, %lld prefix tokens, %.1f MB%s\n",
+                f.out.c_str(), static_cast<long long>(s.steps), static_cast<long long>(s.rows),
+                static_cast<long long>(s.admitted), static_cast<long long>(s.finished),
+                static_cast<long long>(s.retracted), static_cast<long long>(s.nodes),
+                static_cast<long long>(s.prefix_tokens), static_cast<double>(std::filesystem::file_size(f.out)) * 1e-6,
+                c.values ? " (with /values)" : "");
+    std::printf("mean batch %.2f, mean accepted length %.3f, target took the rank-1 sibling at %.1f%% of first "
+                "mismatches, mean slot run %.2f, peak slots used %lld of %lld, %lld compactions\n",
+                s.mean_batch, s.mean_accepted, 100.0 * s.rank1_at_first_mismatch, s.mean_run_length,
+                static_cast<long long>(s.peak_used_slots), static_cast<long long>(c.num_slots),
+                static_cast<long long>(s.compactions));
+    std::printf("simulate %.2f s, write %.2f s\n", secs(t0, t1), secs(t1, t2));
+  }
+  return 0;
+}
+
+int runInfo(std::string const &file)
+{
+  TraceReader const reader(file);
+  std::printf("%s (format %s v%lld)\n", file.c_str(), TRACE_FORMAT_NAME, static_cast<long long>(TRACE_FORMAT_VERSION));
+  std::fputs(formatTraceStats(reader.info(), computeTraceStats(reader.columns())).c_str(), stdout);
+  return 0;
+}
+
+int runValidate(std::string const &file, bool check_values)
+{
+  TraceReader const reader(file);
+  TraceInfo const &i = reader.info();
+  std::printf("%s: valid format v%lld trace: %lld steps, %lld request rows, %lld tree nodes, %lld prefix tokens%s%s\n",
+              file.c_str(), static_cast<long long>(TRACE_FORMAT_VERSION), static_cast<long long>(i.num_steps),
+              static_cast<long long>(i.num_requests), static_cast<long long>(i.num_nodes),
+              static_cast<long long>(i.num_prefix_tokens), i.has_values ? ", /values" : "",
+              i.has_accepted ? ", accepted" : "");
+  if (!check_values)
+    return 0;
+  if (!i.has_expected_out)
+    throw InputError(file + ": --check-values needs /values/out, which this trace does not record");
+  // Recorded expected outputs against the fp64 reference on the recorded inputs.
+  double worst = 0;
+  int64_t worst_step = 0;
+  for (int64_t s = 0; s < reader.numSteps(); ++s)
+  {
+    HostProblem const p = reader.stepProblem(s, MaskLayout::kParents, 0);
+    std::vector<uint16_t> const out = reader.expectedOutput(s);
+    ErrorStats const e = compareToReference(referenceAttention(p), out.data(), out.size());
+    if (e.rel_l2 > worst || !e.pass)
+    {
+      worst = e.rel_l2;
+      worst_step = s;
+    }
+    if (!e.pass)
+    {
+      std::printf("%s: /values/out of step %lld differs from the fp64 reference: rel L2 %.3e, %lld bad elements\n",
+                  file.c_str(), static_cast<long long>(s), e.rel_l2, static_cast<long long>(e.num_bad));
+      return 1;
+    }
+  }
+  std::printf("%s: /values/out matches the fp64 reference on every step (worst rel L2 %.3e at step %lld)\n",
+              file.c_str(), worst, static_cast<long long>(worst_step));
+  return 0;
+}
+} // namespace
+
+void addTraceCommands(CLI::App &app, Action &action)
+{
+  CLI::App *trace = app.add_subcommand("trace", "Verify traces (HDF5 format v1): synthesize, summarize, validate");
+  trace->require_subcommand(1);
+
+  auto f = std::make_shared<SynthFlags>();
+  CLI::App *synth = trace->add_subcommand("synth", "Simulate a serving run and write its DDTree verify trace");
+  synth->add_option("--config,-c", f->config, "TOML config (see data/*.toml); flags override it")->check(CLI::ExistingFile);
+  synth->add_option("--out,-o", f->out, "output trace file (.h5), written atomically")->required();
+  f->given["--seed"] = synth->add_option("--seed", f->seed, "simulation seed");
+  f->given["--steps"] = synth->add_option("--steps", f->steps, "verify steps to record");
+  f->given["--warmup"] = synth->add_option("--warmup", f->warmup, "steps simulated before recording");
+  f->given["--concurrency"] = synth->add_option("--concurrency", f->concurrency, "fixed concurrency (arrivals = fixed)");
+  f->given["--rate"] = synth->add_option("--rate", f->rate, "Poisson arrivals per step (arrivals = poisson)");
+  f->given["--budget"] = synth->add_option("--budget", f->budget, "DDTree node budget (tree = budget + root)");
+  f->given["--heads"] = synth->add_option("--heads", f->heads, "query heads per GPU");
+  f->given["--num-slots"] = synth->add_option("--num-slots", f->num_slots, "KV pool slots");
+  f->given["--compact-every"] = synth->add_option("--compact-every", f->compact_every, "defragment every N steps (0 = never)");
+  synth->add_flag("--sort-free", f->sort_free, "sort released slots when merging them into the free list");
+  synth->add_flag("--values", f->values, "record /values (random q and pool, expected out from the reference)");
+  synth->add_option("--deflate", f->deflate, "zlib level 0-9")->check(CLI::Range(0, 9));
+  synth->add_flag("--quiet,-q", f->quiet, "print nothing");
+  synth->callback([f, &action] { action = [f] { return runSynth(*f); }; });
+
+  auto info_file = std::make_shared<std::string>();
+  CLI::App *info = trace->add_subcommand("info", "Steps, batch sizes, P and T distributions, acceptance, fragmentation");
+  info->add_option("file", *info_file, "trace file")->required();
+  info->callback([info_file, &action] { action = [info_file] { return runInfo(*info_file); }; });
+
+  auto validate_file = std::make_shared<std::string>();
+  auto check_values = std::make_shared<bool>(false);
+  CLI::App *validate = trace->add_subcommand("validate", "Check every invariant of format v1 (exit 2 on a bad file)");
+  validate->add_option("file", *validate_file, "trace file")->required();
+  validate->add_flag("--check-values", *check_values, "also compare /values/out with the fp64 reference (exit 1 if off)");
+  validate->callback([validate_file, check_values, &action] {
+    action = [validate_file, check_values] { return runValidate(*validate_file, *check_values); };
+  });
+}
+} // namespace canopy::cli
