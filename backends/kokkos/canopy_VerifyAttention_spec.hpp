@@ -1,0 +1,121 @@
+/// \file canopy_VerifyAttention_spec.hpp
+/// \brief Dispatch of verify attention, Kokkos Kernels style: an availability trait per (execution
+/// space, tile flavour), a primary template that is the portable path, specialisations selected by
+/// the trait, and Algo::Portable to force the portable path. Every call says which path ran.
+#pragma once
+
+#include "canopy_Config.hpp"
+#include "canopy_Error.hpp"
+#include "canopy_VerifyArgs.hpp"
+#include "impl/canopy_VerifyAttention_Kokkos.hpp"
+#ifdef CANOPY_HAVE_KOKKOSKERNELS
+#include "impl/canopy_VerifyAttention_KK.hpp"
+#endif
+
+#include <Kokkos_Core.hpp>
+
+#include <string>
+#include <type_traits>
+
+namespace canopy
+{
+/// \brief Auto: the best path compiled for the space and flavour; Portable: the primary template
+/// (the portable TeamPolicy kernel), e.g. as the parity baseline of a specialisation.
+enum class Algo
+{
+  Auto,
+  Portable
+};
+
+/// Tile-product flavours a design asks for.
+struct TeamTiles  ///< hand-written register blocks: the portable kernel itself (kokkos-team)
+{
+  static constexpr char const *name() { return "kokkos-team"; }
+};
+struct BatchedGemmTiles  ///< Kokkos Kernels' batched team GEMM (kokkos-kk)
+{
+  static constexpr char const *name() { return "kokkos-kk"; }
+};
+
+/// \brief What ran: the path name, and whether it is a fallback from the one asked for.
+struct VerifyPath
+{
+  std::string path;
+  bool fallback = false;
+};
+
+/// \brief Whether a specialisation exists for (space, flavour). False: the primary template runs.
+template <class ExecutionSpace, class Flavor>
+struct verify_spec_avail : std::false_type
+{
+};
+#ifdef CANOPY_HAVE_KOKKOSKERNELS
+template <class ExecutionSpace>
+struct verify_spec_avail<ExecutionSpace, BatchedGemmTiles> : std::true_type
+{
+};
+#endif
+
+/// \brief Primary template: the portable path.
+template <class ExecutionSpace, class Flavor, bool = verify_spec_avail<ExecutionSpace, Flavor>::value>
+struct VerifyAttention
+{
+  using MemorySpace = typename ExecutionSpace::memory_space;
+  static VerifyPath run(ExecutionSpace const &space, VerifyArgs<MemorySpace> const &args,
+                        VerifyWorkspace<MemorySpace> const &ws, VerifyPlan const &plan)
+  {
+    Impl::verifyAttentionKokkos(space, args, ws, plan);
+    return {TeamTiles::name(), false};
+  }
+};
+
+#ifdef CANOPY_HAVE_KOKKOSKERNELS
+template <class ExecutionSpace>
+struct VerifyAttention<ExecutionSpace, BatchedGemmTiles, true>
+{
+  using MemorySpace = typename ExecutionSpace::memory_space;
+  static VerifyPath run(ExecutionSpace const &space, VerifyArgs<MemorySpace> const &args,
+                        VerifyWorkspace<MemorySpace> const &ws, VerifyPlan const &plan)
+  {
+    Impl::verifyAttentionKK(space, args, ws, plan);
+    return {BatchedGemmTiles::name(), false};
+  }
+};
+#endif
+
+/// \brief For a specialisation that hands a shape back: strict plans throw InputError naming the
+/// path and the reason; otherwise the portable path runs and the returned path records the fallback.
+template <class ExecutionSpace>
+VerifyPath fallBackToPortable(ExecutionSpace const &space, VerifyArgs<typename ExecutionSpace::memory_space> const &args,
+                              VerifyWorkspace<typename ExecutionSpace::memory_space> const &ws, VerifyPlan const &plan,
+                              std::string const &from, std::string const &reason)
+{
+  if (plan.strict)
+    throw InputError(from + ": " + reason + " (strict mode forbids the fallback to " + TeamTiles::name() + ")");
+  Impl::verifyAttentionKokkos(space, args, ws, plan);
+  return {std::string(TeamTiles::name()) + " (fallback from " + from + ": " + reason + ")", true};
+}
+
+/// \brief Whether asking for \p Flavor on \p ExecutionSpace runs that flavour's own path (false:
+/// it falls back to the portable one, which a strict plan refuses).
+template <class ExecutionSpace, class Flavor>
+constexpr bool verifyFlavorCompiled()
+{
+  return std::is_same<Flavor, TeamTiles>::value || verify_spec_avail<ExecutionSpace, Flavor>::value;
+}
+
+/// \brief Enqueues verify attention (split kernel + combine) on \p space; enqueue only.
+/// \pre \p ws was made for \p plan with room for the batch's node rows, and the batch is within
+/// the plan bounds (the designs check both on the host).
+template <class ExecutionSpace, class Flavor = TeamTiles>
+VerifyPath verifyAttention(ExecutionSpace const &space, VerifyArgs<typename ExecutionSpace::memory_space> const &args,
+                           VerifyWorkspace<typename ExecutionSpace::memory_space> const &ws, VerifyPlan const &plan,
+                           Algo algo = Algo::Auto)
+{
+  if (algo == Algo::Portable)
+    return VerifyAttention<ExecutionSpace, Flavor, false>::run(space, args, ws, plan);
+  if (!verifyFlavorCompiled<ExecutionSpace, Flavor>())
+    return fallBackToPortable(space, args, ws, plan, Flavor::name(), "not compiled into this build");
+  return VerifyAttention<ExecutionSpace, Flavor>::run(space, args, ws, plan);
+}
+} // namespace canopy

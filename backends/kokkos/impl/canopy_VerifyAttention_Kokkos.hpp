@@ -1,0 +1,595 @@
+/// \file canopy_VerifyAttention_Kokkos.hpp
+/// \brief Portable split-K tree-verify attention: a TeamPolicy kernel over (request, head group, KV
+/// split) that keeps a Q tile and a KV tile in team scratch and runs an fp32 online softmax, then a
+/// combine kernel that merges the split partials with the tree part.
+#pragma once
+
+#include "canopy_Bf16.hpp"
+#include "canopy_KokkosCompat.hpp"
+#include "canopy_VerifyArgs.hpp"
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+namespace canopy::Impl
+{
+constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
+/// A quiet NaN written for a row that sees no key at all (distinct from BF16_POISON, "unwritten").
+constexpr uint16_t BF16_QUIET_NAN = 0x7fc0;
+
+/// \brief Tile shape of the portable kernel on one kind of execution space.
+///
+/// Rows of a tile are (tree node, head) pairs of one request: node-major, so the heads of one node
+/// are consecutive, exactly as q and out store them. Every KV row of a tile is converted to fp32
+/// once and then used by all the tile's rows, i.e. by every head, not once per head.
+template <class ExecutionSpace,
+          bool HOST = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename ExecutionSpace::memory_space>::accessible>
+struct VerifyTiles
+{
+  // Host cores (one team = one thread). Register blocks: 6 rows x 16 score columns is 12 fp32
+  // accumulator vectors of 8 lanes (AVX2 has 16 registers: 12 + 2 KV loads + 1 broadcast), and
+  // 6 rows x 32 output columns is 24 accumulators that GCC keeps as 12 + reloads; both measured
+  // fastest of {2..12} x {8, 16, 32} on a Zen 4 core with GCC 12 (-O3 -march=x86-64-v3).
+  static constexpr int KV_TILE = 32;     ///< KV rows per tile: K 72 KiB + K^T 72 KiB fp32, L2-resident
+  static constexpr int ROW_BLOCK = 6;
+  static constexpr int SCORE_COLS = 16;
+  static constexpr int VALUE_COLS = 32;
+  static constexpr int COMBINE_COLS = 32;
+  /// Row cap: H=8 x T=33 (264 rows) fits one tile, so one team reads each KV row once per split.
+  /// Scratch at 384 rows: Q 864 KiB + O 768 KiB + scores 48 KiB + the KV tile 144 KiB = 1.8 MiB of
+  /// team scratch level 1 (Kokkos host level-1 limit: 20 MiB); Q and O stream through L2 per KV tile.
+  static constexpr int MAX_ROWS = 384;
+  static constexpr int TEAM_SIZE = 1;
+};
+
+template <class ExecutionSpace>
+struct VerifyTiles<ExecutionSpace, false>
+{
+  // GPUs: one thread per register block, a 128-thread team. Scratch at 64 rows: Q 144 KiB +
+  // O 128 KiB + KV 72 KiB, so it lives in level 1 (global memory, cached); a level-0 variant would
+  // keep Q as bf16. Correct on any Kokkos device; the tuned GPU path is the CUDA design.
+  static constexpr int KV_TILE = 16;
+  static constexpr int ROW_BLOCK = 2;
+  static constexpr int SCORE_COLS = 4;
+  static constexpr int VALUE_COLS = 8;
+  static constexpr int COMBINE_COLS = 4;
+  static constexpr int MAX_ROWS = 64;
+  static constexpr int TEAM_SIZE = 128;
+};
+
+KOKKOS_INLINE_FUNCTION constexpr int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+KOKKOS_INLINE_FUNCTION constexpr int64_t roundUp(int64_t a, int64_t b) { return ceilDiv(a, b) * b; }
+
+/// \brief Launch plan for \p bounds on \p ExecutionSpace. Heads are grouped so that a group's
+/// (node, head) rows fit one tile at the largest tree; groups are balanced (8 heads at T=65 and 384
+/// rows: 2 groups of 4, not 5 + 3).
+/// \param max_rows row cap per tile (0: the space's default), for tile-size experiments
+template <class ExecutionSpace>
+VerifyPlan planVerify(PlanBounds const &bounds, int nsplit, bool strict = false, int max_rows = 0)
+{
+  using Tiles = VerifyTiles<ExecutionSpace>;
+  if (bounds.num_heads < 1)
+    throw InputError("verify plan: num_heads must be >= 1, got " + std::to_string(bounds.num_heads));
+  if (bounds.max_batch < 0 || bounds.max_tree < 0 || bounds.max_prefix < 0 || bounds.max_nodes < 0)
+    throw InputError("verify plan: bounds must be >= 0");
+  if (nsplit < 1)
+    throw InputError("verify plan: nsplit must be >= 1, got " + std::to_string(nsplit));
+  int const cap = max_rows > 0 ? max_rows : Tiles::MAX_ROWS;
+  if (cap < Tiles::ROW_BLOCK)
+    throw InputError("verify plan: max_rows must be >= " + std::to_string(Tiles::ROW_BLOCK));
+  VerifyPlan p;
+  p.max_batch = bounds.max_batch;
+  p.max_tree = std::max(bounds.max_tree, 1);
+  p.max_nodes = std::max<int64_t>(bounds.max_nodes, 1);
+  p.num_heads = bounds.num_heads;
+  p.nsplit = nsplit;
+  p.strict = strict;
+  int const fit = std::max(1, std::min(bounds.num_heads, cap / p.max_tree));
+  p.num_head_groups = static_cast<int>(ceilDiv(bounds.num_heads, fit));
+  p.heads_per_group = static_cast<int>(ceilDiv(bounds.num_heads, p.num_head_groups));
+  // Nodes per tile are whole: rows = nodes x heads_per_group, then padded to the row block.
+  int64_t const nodes = std::max<int64_t>(1, std::min<int64_t>(p.max_tree, cap / p.heads_per_group));
+  p.rows_per_tile = static_cast<int>(roundUp(nodes * p.heads_per_group, Tiles::ROW_BLOCK));
+  if (p.leagueSize() > std::numeric_limits<int>::max() || p.max_nodes > std::numeric_limits<int>::max())
+    throw InputError("verify plan: " + std::to_string(p.leagueSize()) + " teams exceed a Kokkos league");
+  return p;
+}
+
+/// \brief Team-scratch pointers of one tile (fp32 unless noted).
+struct TileRefs
+{
+  float *q;      ///< [rows][576], pre-scaled by sm_scale
+  float *o;      ///< [rows][512] running (unnormalised) output
+  float *k;      ///< [KV_TILE][576]; V is columns 0..511 of the same rows
+  float *kt;     ///< [576][KV_TILE], K transposed (only for products that want it)
+  float *s;      ///< [rows][KV_TILE] scores, then probabilities
+  float *m;      ///< [rows] running max
+  float *l;      ///< [rows] running sum
+  float *alpha;  ///< [rows] rescale of o for this tile
+  uint8_t *vis;  ///< [nodes][KV_TILE] tree visibility of this tile
+};
+
+KOKKOS_INLINE_FUNCTION constexpr size_t alignedBytes(size_t n) { return (n + 63) / 64 * 64; }
+
+/// \brief Team-scratch bytes of the split kernel for a plan: 64-byte aligned sub-buffers (whole
+/// cache lines and vector-aligned rows), plus 64 bytes to align the base.
+template <class Tiles>
+KOKKOS_INLINE_FUNCTION size_t splitScratchBytes(VerifyPlan const &plan)
+{
+  size_t const R = static_cast<size_t>(plan.rows_per_tile), N = Tiles::KV_TILE;
+  size_t const f = sizeof(float);
+  return 64 + alignedBytes(R * D_QK * f) + alignedBytes(R * D_V * f) +
+         alignedBytes(N * D_QK * f) * 2 + alignedBytes(R * N * f) + 3 * alignedBytes(R * f) +
+         alignedBytes(R * N);
+}
+
+template <class Tiles>
+KOKKOS_INLINE_FUNCTION TileRefs carveTile(void *raw, int rows)
+{
+  size_t const R = static_cast<size_t>(rows), N = Tiles::KV_TILE, f = sizeof(float);
+  uintptr_t p = (reinterpret_cast<uintptr_t>(raw) + 63) / 64 * 64;
+  auto take = [&p](size_t bytes) {
+    uintptr_t const at = p;
+    p += alignedBytes(bytes);
+    return at;
+  };
+  TileRefs t;
+  t.q = reinterpret_cast<float *>(take(R * D_QK * f));
+  t.o = reinterpret_cast<float *>(take(R * D_V * f));
+  t.k = reinterpret_cast<float *>(take(N * D_QK * f));
+  t.kt = reinterpret_cast<float *>(take(N * D_QK * f));
+  t.s = reinterpret_cast<float *>(take(R * N * f));
+  t.m = reinterpret_cast<float *>(take(R * f));
+  t.l = reinterpret_cast<float *>(take(R * f));
+  t.alpha = reinterpret_cast<float *>(take(R * f));
+  t.vis = reinterpret_cast<uint8_t *>(take(R * N));
+  return t;
+}
+
+/// \brief exp(x) for x <= 0 in plain float arithmetic, so the softmax loop vectorises (a libm expf
+/// call per score cost 15% of the kernel on the host at H=8, T=33). 2^(x log2 e) = 2^k 2^f with
+/// k = round(x log2 e), |f| <= 1/2, and 2^f by its degree-6 Taylor polynomial (relative error
+/// < 2e-7, below fp32 accumulation noise). exp(-inf) and anything below 2^-126 give exactly 0.
+KOKKOS_INLINE_FUNCTION float expNonPositive(float x)
+{
+  float t = x * 1.44269504088896341f;
+  t = t < -127.f ? -127.f : t;
+  float const shifted = t + 0.5f;
+  float kf = static_cast<float>(static_cast<int>(shifted));
+  kf = kf > shifted ? kf - 1.f : kf;
+  float const f = (t - kf) * 0.693147180559945309f;
+  float const p =
+      1.f + f * (1.f + f * (0.5f + f * (1.f / 6 + f * (1.f / 24 + f * (1.f / 120 + f * (1.f / 720))))));
+  int32_t const bits = (static_cast<int32_t>(kf) + 127) << 23;
+  float scale;
+  memcpy(&scale, &bits, sizeof(scale));
+  return scale * p;
+}
+
+/// \brief s[r][c] = sum_d q[r][d] kt[d][c] for one ROWS x COLS register block (outer-product form:
+/// the vector lanes run over KV columns, so no horizontal sums).
+template <int ROWS, int COLS, int LDKT>
+KOKKOS_INLINE_FUNCTION void scoreBlock(float const *__restrict__ q, float const *__restrict__ kt, float *__restrict__ s)
+{
+  float acc[ROWS][COLS];
+  for (int r = 0; r < ROWS; ++r)
+    for (int c = 0; c < COLS; ++c)
+      acc[r][c] = 0.f;
+  for (int d = 0; d < D_QK; ++d)
+    for (int r = 0; r < ROWS; ++r)
+    {
+      float const qv = q[r * D_QK + d];
+      for (int c = 0; c < COLS; ++c)
+        acc[r][c] += qv * kt[d * LDKT + c];
+    }
+  for (int r = 0; r < ROWS; ++r)
+    for (int c = 0; c < COLS; ++c)
+      s[r * LDKT + c] = acc[r][c];
+}
+
+/// \brief o[r][c] = alpha[r] o[r][c] + sum_n p[r][n] v[n][c] for one ROWS x COLS block (V rows
+/// are the K rows of the tile, stride 576).
+template <int ROWS, int COLS, int N>
+KOKKOS_INLINE_FUNCTION void valueBlock(float const *__restrict__ p, float const *__restrict__ alpha,
+                                       float const *__restrict__ v, float *__restrict__ o)
+{
+  float acc[ROWS][COLS];
+  for (int r = 0; r < ROWS; ++r)
+    for (int c = 0; c < COLS; ++c)
+      acc[r][c] = alpha[r] * o[r * D_V + c];
+  for (int n = 0; n < N; ++n)
+    for (int r = 0; r < ROWS; ++r)
+    {
+      float const pv = p[r * N + n];
+      for (int c = 0; c < COLS; ++c)
+        acc[r][c] += pv * v[n * D_QK + c];
+    }
+  for (int r = 0; r < ROWS; ++r)
+    for (int c = 0; c < COLS; ++c)
+      o[r * D_V + c] = acc[r][c];
+}
+
+/// \brief Tile products of the portable path: hand-written register blocks, one per team thread.
+struct TeamTileProducts
+{
+  static constexpr bool WANTS_TRANSPOSED_K = true;
+  static constexpr char const *name() { return "kokkos-team"; }
+
+  /// s = q k^T over the whole tile (rows x KV_TILE).
+  template <class Tiles, class Member>
+  KOKKOS_INLINE_FUNCTION static void scores(Member const &member, TileRefs const &t, int rows)
+  {
+    constexpr int RB = Tiles::ROW_BLOCK, CB = Tiles::SCORE_COLS, N = Tiles::KV_TILE;
+    static_assert(N % CB == 0, "score blocks tile the KV tile");
+    int const col_blocks = N / CB;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, (rows / RB) * col_blocks), [&](int blk) {
+      int const r0 = (blk / col_blocks) * RB, c0 = (blk % col_blocks) * CB;
+      scoreBlock<RB, CB, N>(t.q + r0 * D_QK, t.kt + c0, t.s + r0 * N + c0);
+    });
+  }
+
+  /// o = diag(alpha) o + p v over the whole tile (rows x 512).
+  template <class Tiles, class Member>
+  KOKKOS_INLINE_FUNCTION static void accumulate(Member const &member, TileRefs const &t, int rows)
+  {
+    constexpr int RB = Tiles::ROW_BLOCK, CB = Tiles::VALUE_COLS, N = Tiles::KV_TILE;
+    static_assert(D_V % CB == 0, "value blocks tile the 512 output columns");
+    int const col_blocks = D_V / CB;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, (rows / RB) * col_blocks), [&](int blk) {
+      int const r0 = (blk / col_blocks) * RB, c0 = (blk % col_blocks) * CB;
+      valueBlock<RB, CB, N>(t.s + r0 * N, t.alpha + r0, t.k + c0, t.o + r0 * D_V + c0);
+    });
+  }
+};
+
+/// \brief The split kernel: one team per (request, head group, partial). Partials 0..nsplit-1
+/// cover the prefix in tile-aligned chunks (ceil(P / nsplit) rounded up to KV_TILE), partial nsplit
+/// is the tree part (tree rows via out_cache_loc, masked). Each writes its normalised output and
+/// log-sum-exp per (node, head); an empty chunk writes only lse = -inf, which the combine skips.
+template <class ExecutionSpace, class TileProducts>
+struct VerifySplitKernel
+{
+  using MemorySpace = typename ExecutionSpace::memory_space;
+  using Tiles = VerifyTiles<ExecutionSpace>;
+  using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  static constexpr int N = Tiles::KV_TILE;
+
+  VerifyArgs<MemorySpace> a;
+  Kokkos::View<float *, MemorySpace> ws_out, ws_lse;
+  int64_t node_capacity;
+  VerifyPlan plan;
+  int scratch_level;
+
+  KOKKOS_INLINE_FUNCTION void operator()(Member const &member) const
+  {
+    int league = member.league_rank();
+    int const partials = plan.nsplit + 1;
+    int const split = league % partials;
+    league /= partials;
+    int const group = league % plan.num_head_groups;
+    int const b = league / plan.num_head_groups;
+    if (b >= a.batch_size)
+      return;
+    int64_t const node0 = a.qo_indptr(b);
+    int64_t const T = a.qo_indptr(b + 1) - node0;
+    int const h0 = group * plan.heads_per_group;
+    int const nh = a.num_heads - h0 < plan.heads_per_group ? a.num_heads - h0 : plan.heads_per_group;
+    if (T <= 0 || nh <= 0)
+      return;
+    int64_t const kv0 = a.kv_indptr(b);
+    int64_t const P = a.kv_indptr(b + 1) - kv0;
+    bool const tree = split == plan.nsplit;
+    int64_t lo = 0, hi = T;
+    if (!tree)
+    {
+      int64_t const chunk = roundUp(ceilDiv(P, plan.nsplit), N);
+      lo = split * chunk;
+      hi = lo + chunk < P ? lo + chunk : P;
+    }
+    TileRefs const t =
+        carveTile<Tiles>(member.team_scratch(scratch_level).get_shmem(splitScratchBytes<Tiles>(plan)), plan.rows_per_tile);
+    int64_t const nodes_per_tile = plan.rows_per_tile / nh;
+    for (int64_t i0 = 0; i0 < T; i0 += nodes_per_tile)
+    {
+      int64_t const ni = T - i0 < nodes_per_tile ? T - i0 : nodes_per_tile;
+      int const rows = static_cast<int>(ni * nh);
+      int const rows_pad = static_cast<int>(roundUp(rows, Tiles::ROW_BLOCK));
+      // Tree node j is visible to node i only if j <= i (parents precede children), so a tile of
+      // nodes [i0, i0 + ni) needs tree columns below i0 + ni only.
+      int64_t const tile_hi = tree ? (hi < i0 + ni ? hi : i0 + ni) : hi;
+      if (lo >= tile_hi)
+      {
+        writeEmpty(member, split, node0 + i0, rows, nh, h0);
+        continue;
+      }
+      loadQ(member, t, node0 + i0, rows, rows_pad, nh, h0);
+      member.team_barrier();
+      for (int64_t k0 = lo; k0 < tile_hi; k0 += N)
+      {
+        int const nk = static_cast<int>(tile_hi - k0 < N ? tile_hi - k0 : N);
+        loadKV(member, t, tree, kv0, node0, k0, nk);
+        if (tree)
+          loadVisibility(member, t, b, node0, P, T, i0, ni, k0, nk);
+        member.team_barrier();
+        TileProducts::template scores<Tiles>(member, t, rows_pad);
+        member.team_barrier();
+        softmaxUpdate(member, t, rows, rows_pad, nk, tree, nh);
+        member.team_barrier();
+        TileProducts::template accumulate<Tiles>(member, t, rows_pad);
+        member.team_barrier();
+      }
+      writePartial(member, t, split, node0 + i0, rows, nh, h0);
+      member.team_barrier();
+    }
+  }
+
+  KOKKOS_INLINE_FUNCTION int64_t wsRow(int split, int64_t node_row, int h) const
+  {
+    return (static_cast<int64_t>(split) * node_capacity + node_row) * a.num_heads + h;
+  }
+
+  KOKKOS_INLINE_FUNCTION void writeEmpty(Member const &member, int split, int64_t first_row, int rows, int nh,
+                                         int h0) const
+  {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows),
+                         [&](int r) { ws_lse(wsRow(split, first_row + r / nh, h0 + r % nh)) = NEG_INF; });
+  }
+
+  /// Q rows of nodes [first_row, first_row + rows / nh) and heads [h0, h0 + nh): contiguous in q.
+  KOKKOS_INLINE_FUNCTION void loadQ(Member const &member, TileRefs const &t, int64_t first_row, int rows,
+                                    int rows_pad, int nh, int h0) const
+  {
+    float const scale = a.sm_scale;
+    uint16_t const *q = a.q.data();
+    int const H = a.num_heads;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows_pad), [&](int r) {
+      float *dst = t.q + static_cast<int64_t>(r) * D_QK;
+      float *o = t.o + static_cast<int64_t>(r) * D_V;
+      if (r < rows)
+      {
+        uint16_t const *src = q + ((first_row + r / nh) * H + h0 + r % nh) * D_QK;
+        for (int d = 0; d < D_QK; ++d)
+          dst[d] = bf16ToFloat(src[d]) * scale;
+      }
+      else
+        for (int d = 0; d < D_QK; ++d)
+          dst[d] = 0.f;
+      for (int d = 0; d < D_V; ++d)
+        o[d] = 0.f;
+      t.m[r] = NEG_INF;
+      t.l[r] = 0.f;
+    });
+  }
+
+  /// KV rows [k0, k0 + nk) of the prefix (through kv_indices) or of the tree (through
+  /// out_cache_loc), converted to fp32 once; rows past nk are zero so that p = 0 times them is 0.
+  KOKKOS_INLINE_FUNCTION void loadKV(Member const &member, TileRefs const &t, bool tree, int64_t kv0, int64_t node0,
+                                     int64_t k0, int nk) const
+  {
+    uint16_t const *pool = a.kv_pool.data();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, N), [&](int n) {
+      float *dst = t.k + n * D_QK;
+      if (n < nk)
+      {
+        int64_t const slot = tree ? a.out_cache_loc(node0 + k0 + n) : a.kv_indices(kv0 + k0 + n);
+        uint16_t const *src = pool + slot * D_QK;
+        for (int d = 0; d < D_QK; ++d)
+          dst[d] = bf16ToFloat(src[d]);
+      }
+      else
+        for (int d = 0; d < D_QK; ++d)
+          dst[d] = 0.f;
+      if (TileProducts::WANTS_TRANSPOSED_K)
+        for (int d = 0; d < D_QK; ++d)
+          t.kt[d * N + n] = dst[d];
+    });
+  }
+
+  /// vis[il][c] = node i0 + il sees tree node k0 + c. full/tree layouts read the mask bytes;
+  /// parents walks the ancestor chain of each node (O(depth) per node and tile, no T x T state).
+  KOKKOS_INLINE_FUNCTION void loadVisibility(Member const &member, TileRefs const &t, int b, int64_t node0, int64_t P,
+                                             int64_t T, int64_t i0, int64_t ni, int64_t k0, int nk) const
+  {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, static_cast<int>(ni)), [&](int il) {
+      int64_t const i = i0 + il;
+      uint8_t *row = t.vis + il * N;
+      if (a.mask_layout == MaskLayout::kParents)
+      {
+        for (int c = 0; c < N; ++c)
+          row[c] = 0;
+        int32_t const *parent = a.tree_parent.data() + node0;
+        // parent[k] < k on valid trees; the guard stops a malformed chain instead of looping.
+        for (int64_t k = i; k >= k0; )
+        {
+          if (k < k0 + nk)
+            row[k - k0] = 1;
+          int64_t const p = parent[k];
+          if (p >= k)
+            break;
+          k = p;
+        }
+      }
+      else
+      {
+        bool const full = a.mask_layout == MaskLayout::kFull;
+        int64_t const base = a.mask_indptr(b) + (full ? i * (P + T) + P : i * T) + k0;
+        for (int c = 0; c < N; ++c)
+          row[c] = c < nk ? a.custom_mask(base + c) : 0;
+      }
+    });
+  }
+
+  /// Online softmax over this tile: columns past nk and invisible tree columns get p = 0; alpha
+  /// rescales what the row accumulated before. A row that sees nothing yet keeps m = -inf, l = 0.
+  KOKKOS_INLINE_FUNCTION void softmaxUpdate(Member const &member, TileRefs const &t, int rows, int rows_pad, int nk,
+                                            bool tree, int nh) const
+  {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows_pad), [&](int r) {
+      float *s = t.s + r * N;
+      // Padding rows (r >= rows) see nothing: they stay at p = 0 and are never written out.
+      int const valid = r < rows ? nk : 0;
+      uint8_t const *vis = t.vis + (r < rows ? r / nh : 0) * N;
+      float tile_max = NEG_INF;
+      for (int c = 0; c < N; ++c)
+      {
+        bool const ok = c < valid && (!tree || vis[c] != 0);
+        s[c] = ok ? s[c] : NEG_INF;
+        tile_max = s[c] > tile_max ? s[c] : tile_max;
+      }
+      float const m_old = t.m[r];
+      float const m_new = tile_max > m_old ? tile_max : m_old;
+      if (m_new == NEG_INF)
+      {
+        for (int c = 0; c < N; ++c)
+          s[c] = 0.f;
+        t.alpha[r] = 1.f;
+        return;
+      }
+      float sum = 0.f;
+      for (int c = 0; c < N; ++c)
+      {
+        float const p = expNonPositive(s[c] - m_new);
+        s[c] = p;
+        sum += p;
+      }
+      float const alpha = expNonPositive(m_old - m_new);
+      t.alpha[r] = alpha;
+      t.l[r] = t.l[r] * alpha + sum;
+      t.m[r] = m_new;
+    });
+  }
+
+  KOKKOS_INLINE_FUNCTION void writePartial(Member const &member, TileRefs const &t, int split, int64_t first_row,
+                                           int rows, int nh, int h0) const
+  {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows), [&](int r) {
+      int64_t const w = wsRow(split, first_row + r / nh, h0 + r % nh);
+      float const l = t.l[r];
+      if (!(l > 0.f))
+      {
+        ws_lse(w) = NEG_INF;
+        return;
+      }
+      float const inv = 1.f / l;
+      float const *o = t.o + static_cast<int64_t>(r) * D_V;
+      float *dst = ws_out.data() + w * D_V;
+      for (int d = 0; d < D_V; ++d)
+        dst[d] = o[d] * inv;
+      ws_lse(w) = t.m[r] + Compat::log(l);
+    });
+  }
+};
+
+/// \brief Merges the partials of each (node, head): out = sum_s w_s o_s / sum_s w_s with
+/// w_s = exp(lse_s - max lse). One team per node row of the plan bound; rows past sum T return.
+template <class ExecutionSpace>
+struct VerifyCombineKernel
+{
+  using MemorySpace = typename ExecutionSpace::memory_space;
+  using Tiles = VerifyTiles<ExecutionSpace>;
+  using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+
+  VerifyArgs<MemorySpace> a;
+  Kokkos::View<float *, MemorySpace> ws_out, ws_lse;
+  int64_t node_capacity;
+  int partials;
+
+  static size_t scratchBytes(int num_heads, int num_partials)
+  {
+    return static_cast<size_t>(num_heads) * num_partials * sizeof(float);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(Member const &member) const
+  {
+    int64_t const row = member.league_rank();
+    if (row >= a.qo_indptr(a.batch_size))
+      return;
+    int const H = a.num_heads;
+    float *w = static_cast<float *>(member.team_scratch(0).get_shmem(scratchBytes(H, partials)));
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, H), [&](int h) {
+      float mx = NEG_INF;
+      for (int s = 0; s < partials; ++s)
+      {
+        float const lse = ws_lse((s * node_capacity + row) * H + h);
+        mx = lse > mx ? lse : mx;
+      }
+      float sum = 0.f;
+      for (int s = 0; s < partials; ++s)
+      {
+        float const lse = ws_lse((s * node_capacity + row) * H + h);
+        float const e = lse == NEG_INF ? 0.f : Compat::exp(lse - mx);
+        w[h * partials + s] = e;
+        sum += e;
+      }
+      // sum == 0 only if the row sees no key at all (a mask without its diagonal): 0/0 = NaN is
+      // written, as the reference gives, so a check flags it.
+      float const inv = 1.f / sum;
+      for (int s = 0; s < partials; ++s)
+        w[h * partials + s] *= inv;
+    });
+    member.team_barrier();
+    constexpr int CB = Tiles::COMBINE_COLS;
+    static_assert(D_V % CB == 0, "combine blocks tile the 512 output columns");
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, H * (D_V / CB)), [&](int blk) {
+      int const h = blk / (D_V / CB), c0 = (blk % (D_V / CB)) * CB;
+      float acc[CB];
+      for (int c = 0; c < CB; ++c)
+        acc[c] = 0.f;
+      bool any = false;
+      for (int s = 0; s < partials; ++s)
+      {
+        float const ws = w[h * partials + s];
+        if (!(ws > 0.f))
+          continue;
+        any = true;
+        float const *o = ws_out.data() + ((s * node_capacity + row) * H + h) * D_V + c0;
+        for (int c = 0; c < CB; ++c)
+          acc[c] += ws * o[c];
+      }
+      uint16_t *dst = a.out.data() + (row * H + h) * D_V + c0;
+      for (int c = 0; c < CB; ++c)
+        dst[c] = any ? floatToBf16(acc[c]) : BF16_QUIET_NAN;
+    });
+  }
+};
+
+/// \brief Enqueues split + combine on \p space. \pre ws was made for \p plan with room for the
+/// batch's node rows; the batch is within the plan bounds. Launch shapes depend on plan only.
+template <class ExecutionSpace, class TileProducts = TeamTileProducts>
+void verifyAttentionTeams(ExecutionSpace const &space, VerifyArgs<typename ExecutionSpace::memory_space> const &args,
+                          VerifyWorkspace<typename ExecutionSpace::memory_space> const &ws, VerifyPlan const &plan)
+{
+  using Tiles = VerifyTiles<ExecutionSpace>;
+  using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
+  if (plan.leagueSize() == 0)
+    return;
+  size_t const bytes = splitScratchBytes<Tiles>(plan);
+  Policy split_policy(space, static_cast<int>(plan.leagueSize()), Tiles::TEAM_SIZE);
+  int const level = bytes <= static_cast<size_t>(split_policy.scratch_size_max(0)) ? 0 : 1;
+  if (bytes > static_cast<size_t>(split_policy.scratch_size_max(1)))
+    throw InputError("verify plan: " + std::to_string(plan.rows_per_tile) + " rows per tile need " +
+                     std::to_string(bytes) + " bytes of team scratch, more than this space offers");
+  VerifySplitKernel<ExecutionSpace, TileProducts> split{args, ws.partial_out, ws.partial_lse, ws.node_capacity, plan,
+                                                        level};
+  Kokkos::parallel_for("canopy::verifyAttention::split_tiles",
+                       split_policy.set_scratch_size(level, Kokkos::PerTeam(bytes)), split);
+
+  size_t const cbytes = VerifyCombineKernel<ExecutionSpace>::scratchBytes(plan.num_heads, plan.numPartials());
+  Policy combine_policy(space, static_cast<int>(plan.max_nodes), Tiles::TEAM_SIZE);
+  VerifyCombineKernel<ExecutionSpace> combine{args, ws.partial_out, ws.partial_lse, ws.node_capacity,
+                                              plan.numPartials()};
+  Kokkos::parallel_for("canopy::verifyAttention::combine", combine_policy.set_scratch_size(0, Kokkos::PerTeam(cbytes)),
+                       combine);
+}
+
+/// \brief The portable path (kokkos-team).
+template <class ExecutionSpace>
+void verifyAttentionKokkos(ExecutionSpace const &space, VerifyArgs<typename ExecutionSpace::memory_space> const &args,
+                           VerifyWorkspace<typename ExecutionSpace::memory_space> const &ws, VerifyPlan const &plan)
+{
+  verifyAttentionTeams<ExecutionSpace, TeamTileProducts>(space, args, ws, plan);
+}
+} // namespace canopy::Impl
