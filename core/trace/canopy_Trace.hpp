@@ -95,6 +95,26 @@ TraceColumns toColumns(TraceContent const &content);
 /// \brief The requests of step \p s as RequestSpecs (copies).
 std::vector<TraceRequest> stepRequests(TraceColumns const &columns, int64_t s);
 
+/// \brief Zero-copy view of one step: the step's rows are consecutive in every dataset, so its
+/// prefix slots, tree slots and parents are plain slices of the columns; only the two indptr arrays
+/// (B+1 entries, relative to the step) are computed. What a replay loop needs without copying P.
+struct TraceStepView
+{
+  int batch_size = 0;
+  std::vector<int32_t> kv_indptr;          ///< [B+1], SGLang dtype
+  std::vector<int64_t> qo_indptr;          ///< [B+1]
+  int64_t const *kv_indices = nullptr;     ///< [num_prefix_tokens]
+  int64_t const *out_cache_loc = nullptr;  ///< [num_nodes]
+  int32_t const *tree_parent = nullptr;    ///< [num_nodes]
+  int64_t const *request_id = nullptr;     ///< [batch_size]
+  int32_t const *accepted = nullptr;       ///< [batch_size], null when not recorded
+  int64_t num_prefix_tokens = 0, num_nodes = 0;
+};
+
+/// \brief Fills \p view for step \p s; reuses its vectors, so a warm view allocates nothing.
+/// \pre the columns are valid and 0 <= s < numSteps(); the view lives as long as the columns.
+void stepView(TraceColumns const &columns, int64_t s, TraceStepView &view);
+
 /// \brief SGLang-native metadata of step \p s (DESIGN.md §1) straight from the columns.
 /// \pre the columns are valid.
 BatchMetadata stepMetadata(TraceColumns const &columns, int64_t s, MaskLayout layout);

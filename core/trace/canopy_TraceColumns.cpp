@@ -68,6 +68,27 @@ std::vector<TraceRequest> stepRequests(TraceColumns const &c, int64_t s)
   return out;
 }
 
+void stepView(TraceColumns const &c, int64_t s, TraceStepView &v)
+{
+  int64_t const r0 = c.request_offset[s], r1 = c.request_offset[s + 1];
+  int64_t const k0 = c.kv_offset[r0], n0 = c.tree_offset[r0];
+  v.batch_size = static_cast<int>(r1 - r0);
+  v.kv_indptr.resize(static_cast<size_t>(v.batch_size) + 1);
+  v.qo_indptr.resize(static_cast<size_t>(v.batch_size) + 1);
+  for (int64_t b = 0; b <= r1 - r0; ++b)
+  {
+    v.kv_indptr[static_cast<size_t>(b)] = static_cast<int32_t>(c.kv_offset[r0 + b] - k0);
+    v.qo_indptr[static_cast<size_t>(b)] = c.tree_offset[r0 + b] - n0;
+  }
+  v.num_prefix_tokens = c.kv_offset[r1] - k0;
+  v.num_nodes = c.tree_offset[r1] - n0;
+  v.kv_indices = c.kv_indices.data() + k0;
+  v.out_cache_loc = c.out_cache_loc.data() + n0;
+  v.tree_parent = c.parent.data() + n0;
+  v.request_id = c.request_id.data() + r0;
+  v.accepted = c.accepted.empty() ? nullptr : c.accepted.data() + r0;
+}
+
 BatchMetadata stepMetadata(TraceColumns const &c, int64_t s, MaskLayout layout)
 {
   if (s < 0 || s >= c.numSteps())

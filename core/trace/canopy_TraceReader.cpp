@@ -4,8 +4,10 @@
 
 #include "canopy_Error.hpp"
 #include "canopy_TraceHdf5.hpp"
+#include "canopy_TraceIsolation.hpp"
 
 #include <cctype>
+#include <functional>
 #include <filesystem>
 
 namespace canopy
@@ -132,7 +134,7 @@ TraceColumns readColumns(hid_t file)
   c.kv_indices = readVector<int64_t>(file, "/tokens/kv_indices");
   if (linkExists(file, "/values"))
   {
-    // Shapes checked before reading, against the validated sizes they must match.
+    // Shapes are checked before reading, against sizes that must be valid first.
     openGroup(file, "/values");
     validateTraceColumns(c);
     c.has_values = true;
@@ -142,8 +144,7 @@ TraceColumns readColumns(hid_t file)
     if (linkExists(file, "/values/out"))
       c.out = readValues(file, "/values/out", {N, H, D_V}, "[N][num_heads][512]");
   }
-  validateTraceColumns(c);
-  return c;
+  return c;  // validated by the caller (in the parent process when isolated)
 }
 
 TraceColumns readWith(std::string const &label, hid_t fapl, char const *open_name)
@@ -179,17 +180,34 @@ TraceInfo infoOf(TraceColumns const &c)
   info.has_accepted = !c.accepted.empty();
   return info;
 }
+
+/// Reads (in a child process when isolated), then validates in this process.
+TraceColumns readAndValidate(std::function<TraceColumns()> const &read, std::string const &label,
+                             TraceReadOptions const &options)
+{
+  TraceColumns c = options.isolate ? readColumnsIsolated(read, label) : read();
+  try
+  {
+    validateTraceColumns(c);
+  }
+  catch (InputError const &e)
+  {
+    throw InputError(label + ": " + e.what());
+  }
+  return c;
+}
 } // namespace
 
-TraceColumns readTraceColumns(std::string const &path)
+TraceColumns readTraceColumns(std::string const &path, TraceReadOptions const &options)
 {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
     throw InputError(path + ": " + (std::filesystem::exists(path, ec) ? "not a regular file" : "no such file"));
-  return readWith(path, H5P_DEFAULT, path.c_str());
+  return readAndValidate([&] { return readWith(path, H5P_DEFAULT, path.c_str()); }, path, options);
 }
 
-TraceReader::TraceReader(std::string const &path) : _name(path), _columns(readTraceColumns(path)), _info(infoOf(_columns))
+TraceReader::TraceReader(std::string const &path, TraceReadOptions const &options)
+    : _name(path), _columns(readTraceColumns(path, options)), _info(infoOf(_columns))
 {
 }
 
@@ -206,16 +224,24 @@ TraceReader::TraceReader(TraceColumns columns, std::string name) : _name(std::mo
   _info = infoOf(_columns);
 }
 
-TraceReader TraceReader::fromImage(void const *data, size_t size, std::string const &name)
+TraceReader::TraceReader(Validated, std::string name, TraceColumns columns)
+    : _name(std::move(name)), _columns(std::move(columns)), _info(infoOf(_columns))
 {
-  quietHdf5();
+}
+
+TraceReader TraceReader::fromImage(void const *data, size_t size, std::string const &name, TraceReadOptions const &options)
+{
   if (size == 0)
     throw InputError(name + ": empty file image");
-  Hid fapl = ownPlist(H5Pcreate(H5P_FILE_ACCESS));
-  // Core driver without a backing store: the image is copied into HDF5's memory and never touches disk.
-  if (H5Pset_fapl_core(fapl.get(), 1 << 16, 0) < 0 || H5Pset_file_image(fapl.get(), const_cast<void *>(data), size) < 0)
-    throw RuntimeFailure(name + ": cannot set up an in-memory HDF5 file (HDF5: " + hdf5ErrorMessage() + ")");
-  return TraceReader(readWith(name, fapl.get(), name.c_str()), name);
+  auto read = [&] {
+    quietHdf5();
+    Hid fapl = ownPlist(H5Pcreate(H5P_FILE_ACCESS));
+    // Core driver without a backing store: the image is copied into HDF5's memory, never touches disk.
+    if (H5Pset_fapl_core(fapl.get(), 1 << 16, 0) < 0 || H5Pset_file_image(fapl.get(), const_cast<void *>(data), size) < 0)
+      throw RuntimeFailure(name + ": cannot set up an in-memory HDF5 file (HDF5: " + hdf5ErrorMessage() + ")");
+    return readWith(name, fapl.get(), name.c_str());
+  };
+  return TraceReader(Validated{}, name, readAndValidate(read, name, options));
 }
 
 void TraceReader::checkStep(int64_t s) const
@@ -285,5 +311,11 @@ std::vector<TraceRequest> TraceReader::stepRequests(int64_t s) const
 {
   checkStep(s);
   return canopy::stepRequests(_columns, s);
+}
+
+void TraceReader::stepView(int64_t s, TraceStepView &view) const
+{
+  checkStep(s);
+  canopy::stepView(_columns, s, view);
 }
 } // namespace canopy

@@ -11,18 +11,27 @@
 
 namespace canopy
 {
+struct TraceReadOptions
+{
+  /// Parse the file with HDF5 in a forked child process (see canopy_TraceIsolation.hpp): libhdf5
+  /// can crash on corrupt metadata, and a crash must become an InputError, not take the caller down.
+  /// Costs a fork and one pipe copy of the columns (~10% of a read); turn off only for trusted files.
+  bool isolate = true;
+};
+
 /// \brief Loads the datasets of a trace file into host columns, checking attributes, presence,
 /// dtypes (exact integer size and sign, little-endian) and shapes; then validateTraceColumns.
 /// \throws InputError "<file>: <dataset>: <problem at the first bad index>" on any problem.
-TraceColumns readTraceColumns(std::string const &path);
+TraceColumns readTraceColumns(std::string const &path, TraceReadOptions const &options = {});
 
 class TraceReader
 {
 public:
   /// \brief Opens and validates everything up front; InputError on any problem (never a partial reader).
-  explicit TraceReader(std::string const &path);
+  explicit TraceReader(std::string const &path, TraceReadOptions const &options = {});
   /// \brief The same from an in-memory file image (fuzzing, embedded fixtures); \p name labels errors.
-  static TraceReader fromImage(void const *data, size_t size, std::string const &name = "<memory>");
+  static TraceReader fromImage(void const *data, size_t size, std::string const &name = "<memory>",
+                               TraceReadOptions const &options = {});
   /// \brief Wraps columns already in memory (validated here).
   explicit TraceReader(TraceColumns columns, std::string name = "<memory>");
 
@@ -44,8 +53,14 @@ public:
   std::vector<int32_t> accepted(int64_t s) const;
   std::vector<int64_t> requestIds(int64_t s) const;
   std::vector<TraceRequest> stepRequests(int64_t s) const;
+  /// \brief Zero-copy view of step \p s (see TraceStepView); valid while the reader lives.
+  void stepView(int64_t s, TraceStepView &view) const;
 
 private:
+  struct Validated
+  {
+  };
+  TraceReader(Validated, std::string name, TraceColumns columns);  // columns already validated
   void checkStep(int64_t s) const;
   std::string _name;
   TraceColumns _columns;

@@ -1,0 +1,211 @@
+/// \file canopy_TraceIsolation.cpp
+/// \brief Forked-child trace parsing: the child reads with HDF5, the parent receives the columns.
+#include "canopy_TraceIsolation.hpp"
+
+#include "canopy_Error.hpp"
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace canopy::Impl
+{
+namespace
+{
+enum Tag : uint8_t
+{
+  kColumns = 'C',
+  kInputError = 'E',
+  kFailure = 'F'
+};
+
+// ---- child side: write or die (a parent that stopped listening needs nothing more) ----------
+void put(int fd, void const *data, size_t n)
+{
+  auto const *p = static_cast<char const *>(data);
+  while (n > 0)
+  {
+    ssize_t const w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      _exit(4);
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+void putU64(int fd, uint64_t v) { put(fd, &v, sizeof(v)); }
+void putString(int fd, std::string const &s)
+{
+  putU64(fd, s.size());
+  put(fd, s.data(), s.size());
+}
+template <class T>
+void putVector(int fd, std::vector<T> const &v)
+{
+  putU64(fd, v.size());
+  put(fd, v.data(), v.size() * sizeof(T));
+}
+
+void putColumns(int fd, TraceColumns const &c)
+{
+  uint8_t const tag = kColumns;
+  put(fd, &tag, 1);
+  putString(fd, c.source);
+  putString(fd, c.created);
+  putU64(fd, static_cast<uint64_t>(c.shape.num_heads));
+  put(fd, &c.shape.sm_scale, sizeof(double));
+  putU64(fd, static_cast<uint64_t>(c.num_slots));
+  putVector(fd, c.request_offset);
+  putVector(fd, c.request_id);
+  putVector(fd, c.prefix_len);
+  putVector(fd, c.tree_offset);
+  putVector(fd, c.kv_offset);
+  putVector(fd, c.accepted);
+  putVector(fd, c.parent);
+  putVector(fd, c.out_cache_loc);
+  putVector(fd, c.kv_indices);
+  uint8_t const values = c.has_values ? 1 : 0;
+  put(fd, &values, 1);
+  putVector(fd, c.q);
+  putVector(fd, c.kv);
+  putVector(fd, c.out);
+}
+
+void putMessage(int fd, Tag tag, char const *what)
+{
+  put(fd, &tag, 1);
+  putString(fd, what);
+}
+
+// ---- parent side: every read may hit EOF when the child died -----------------------------
+class Stream
+{
+public:
+  explicit Stream(int fd) : _fd(fd) {}
+  bool get(void *data, size_t n)
+  {
+    auto *p = static_cast<char *>(data);
+    while (n > 0)
+    {
+      ssize_t const r = ::read(_fd, p, n);
+      if (r < 0 && errno == EINTR)
+        continue;
+      if (r <= 0)
+        return false;
+      p += r;
+      n -= static_cast<size_t>(r);
+    }
+    return true;
+  }
+  bool getU64(uint64_t &v) { return get(&v, sizeof(v)); }
+  bool getString(std::string &s)
+  {
+    uint64_t n = 0;
+    if (!getU64(n) || n > (uint64_t{1} << 30))
+      return false;
+    s.resize(static_cast<size_t>(n));
+    return get(s.data(), s.size());
+  }
+  template <class T>
+  bool getVector(std::vector<T> &v)
+  {
+    uint64_t n = 0;
+    if (!getU64(n) || n > (uint64_t{1} << 46) / sizeof(T))
+      return false;
+    v.resize(static_cast<size_t>(n));
+    return get(v.data(), v.size() * sizeof(T));
+  }
+
+private:
+  int _fd;
+};
+
+bool getColumns(Stream &in, TraceColumns &c)
+{
+  uint64_t heads = 0, slots = 0;
+  uint8_t values = 0;
+  bool ok = in.getString(c.source) && in.getString(c.created) && in.getU64(heads) &&
+            in.get(&c.shape.sm_scale, sizeof(double)) && in.getU64(slots) && in.getVector(c.request_offset) &&
+            in.getVector(c.request_id) && in.getVector(c.prefix_len) && in.getVector(c.tree_offset) &&
+            in.getVector(c.kv_offset) && in.getVector(c.accepted) && in.getVector(c.parent) &&
+            in.getVector(c.out_cache_loc) && in.getVector(c.kv_indices) && in.get(&values, 1) && in.getVector(c.q) &&
+            in.getVector(c.kv) && in.getVector(c.out);
+  c.shape.num_heads = static_cast<int>(heads);
+  c.num_slots = static_cast<int64_t>(slots);
+  c.has_values = values != 0;
+  return ok;
+}
+} // namespace
+
+TraceColumns readColumnsIsolated(std::function<TraceColumns()> const &read, std::string const &label)
+{
+  int fds[2];
+  if (::pipe(fds) != 0)
+    throw RuntimeFailure(label + ": cannot create a pipe for the isolated reader: " + std::strerror(errno));
+  pid_t const pid = ::fork();
+  if (pid < 0)
+  {
+    int const err = errno;
+    ::close(fds[0]);
+    ::close(fds[1]);
+    throw RuntimeFailure(label + ": cannot fork the isolated reader: " + std::strerror(err));
+  }
+  if (pid == 0)
+  {
+    // Child: parse, stream, and leave without running the parent's atexit handlers or flushing
+    // its stdio buffers (they would be written twice).
+    ::close(fds[0]);
+    std::signal(SIGPIPE, SIG_IGN);
+    int code = 0;
+    try
+    {
+      TraceColumns const c = read();
+      putColumns(fds[1], c);
+    }
+    catch (InputError const &e)
+    {
+      putMessage(fds[1], kInputError, e.what());
+      code = 2;
+    }
+    catch (std::exception const &e)
+    {
+      putMessage(fds[1], kFailure, e.what());
+      code = 3;
+    }
+    ::close(fds[1]);
+    _exit(code);
+  }
+  ::close(fds[1]);
+  Stream in(fds[0]);
+  uint8_t tag = 0;
+  TraceColumns columns;
+  std::string message;
+  bool complete = false;
+  if (in.get(&tag, 1))
+  {
+    if (tag == kColumns)
+      complete = getColumns(in, columns);
+    else if (tag == kInputError || tag == kFailure)
+      complete = in.getString(message);
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR)
+  {
+  }
+  if (WIFSIGNALED(status))
+    throw InputError(label + ": the HDF5 library crashed (signal " + std::to_string(WTERMSIG(status)) + ", " +
+                     strsignal(WTERMSIG(status)) + ") while parsing the file: it is corrupt");
+  if (!complete || !WIFEXITED(status))
+    throw InputError(label + ": the isolated reader stopped before finishing (exit status " +
+                     std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + "): corrupt file?");
+  if (tag == kInputError)
+    throw InputError(message);
+  if (tag == kFailure)
+    throw RuntimeFailure(message);
+  return columns;
+}
+} // namespace canopy::Impl

@@ -1,0 +1,20 @@
+/// \file canopy_TraceIsolation.hpp
+/// \brief Internal: runs the HDF5 part of reading a trace in a forked child process. libhdf5 1.10
+/// trusts a file's metadata: a corrupt global heap, object header or B-tree node can make it read
+/// out of bounds (a byte flipped in a vlen string attribute segfaults inside H5HG_read). A crash
+/// there must not take the caller down, so the child parses the file and streams the columns back
+/// through a pipe; a child killed by a signal becomes an InputError in the parent.
+#pragma once
+
+#include "canopy_Trace.hpp"
+
+#include <functional>
+#include <string>
+
+namespace canopy::Impl
+{
+/// \brief Runs \p read in a child process and returns its columns. An InputError in the child is
+/// rethrown with its message; a RuntimeFailure likewise; a crash or hang-free abnormal exit becomes
+/// InputError("<label>: the HDF5 library crashed ... corrupt file").
+TraceColumns readColumnsIsolated(std::function<TraceColumns()> const &read, std::string const &label);
+} // namespace canopy::Impl

@@ -1,0 +1,170 @@
+/// \file tstTraceCli.cpp
+/// \brief `canopy trace synth | info | validate` end to end: exit 0 on good input, 2 on a bad file
+/// or config with the culprit named on stderr, never a crash.
+#include "canopy_TraceReader.hpp"
+#include "canopy_TraceTestUtil.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <sys/wait.h>
+
+namespace canopy::test
+{
+namespace
+{
+struct Result
+{
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(std::string const &path)
+{
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Result canopy(std::string const &args)
+{
+  std::string const out = tempPath("stdout.txt"), err = tempPath("stderr.txt");
+  int const status = std::system((std::string(CANOPY_BIN) + " " + args + " >" + out + " 2>" + err).c_str());
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+std::string writeFile(std::string const &name, std::string const &text)
+{
+  std::string const path = tempPath(name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+constexpr char const *TINY_CONFIG = R"(seed = 3
+steps = 12
+warmup_steps = 5
+source = "cli test"
+[model]
+num_heads = 4
+[arrivals]
+mode = "fixed"
+concurrency = 3
+[prompt]
+dist = "uniform"
+min = 8
+max = 64
+[output]
+dist = "fixed"
+value = 20
+[pool]
+num_slots = 4096
+[draft]
+budget = 8
+)";
+} // namespace
+
+TEST(TraceCli, synthThenValidateAndInfo)
+{
+  std::string const cfg = writeFile("tiny.toml", TINY_CONFIG);
+  std::string const trace = tempPath("tiny.h5");
+  Result const s = canopy("trace synth -c " + cfg + " -o " + trace);
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_NE(s.out.find("12 steps"), std::string::npos) << s.out;
+  TraceReader const r(trace);
+  EXPECT_EQ(r.numSteps(), 12);
+  EXPECT_EQ(r.info().source, "cli test");
+  EXPECT_EQ(r.info().shape.num_heads, 4);
+  EXPECT_EQ(r.stepBatchSize(0), 3);
+  EXPECT_EQ(r.columns().tree_offset[1], 9);
+
+  Result const v = canopy("trace validate " + trace);
+  EXPECT_EQ(v.code, 0) << v.err;
+  EXPECT_NE(v.out.find("valid"), std::string::npos);
+  Result const i = canopy("trace info " + trace);
+  EXPECT_EQ(i.code, 0) << i.err;
+  EXPECT_NE(i.out.find("acceptance: mean accepted length"), std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("fragmentation"), std::string::npos);
+
+  // Flags override the config.
+  Result const f = canopy("trace synth -c " + cfg + " -o " + trace + " --steps 4 --budget 2 --heads 2 -q");
+  ASSERT_EQ(f.code, 0) << f.err;
+  TraceReader const r2(trace);
+  EXPECT_EQ(r2.numSteps(), 4);
+  EXPECT_EQ(r2.info().shape.num_heads, 2);
+  EXPECT_EQ(r2.columns().tree_offset[1], 3);
+}
+
+TEST(TraceCli, valuesTraceChecksAgainstTheReference)
+{
+  std::string const cfg = writeFile("v.toml", std::string(TINY_CONFIG) + "[values]\nenabled = true\n");
+  std::string const trace = tempPath("v.h5");
+  ASSERT_EQ(canopy("trace synth -q -c " + cfg + " -o " + trace + " --steps 2 --num-slots 400 --heads 2").code, 0);
+  Result const v = canopy("trace validate --check-values " + trace);
+  EXPECT_EQ(v.code, 0) << v.out << v.err;
+  EXPECT_NE(v.out.find("matches the fp64 reference"), std::string::npos) << v.out;
+  // A trace without /values cannot be checked: bad input.
+  std::string const plain = tempPath("plain.h5");
+  ASSERT_EQ(canopy("trace synth -q -c " + std::string(writeFile("p.toml", TINY_CONFIG)) + " -o " + plain).code, 0);
+  Result const nv = canopy("trace validate --check-values " + plain);
+  EXPECT_EQ(nv.code, 2);
+  EXPECT_NE(nv.err.find("/values/out"), std::string::npos) << nv.err;
+}
+
+TEST(TraceCli, badFilesExitTwoNamingTheDataset)
+{
+  TraceColumns c = smallColumns(2);
+  c.parent[c.tree_offset[2] + 1] = 4;
+  std::string const bad = tempPath("bad.h5");
+  Impl::writeColumnsUnchecked(bad, c);
+  for (char const *cmd : {"trace validate ", "trace info "})
+  {
+    Result const r = canopy(cmd + bad);
+    EXPECT_EQ(r.code, 2) << cmd;
+    EXPECT_NE(r.err.find("/tree/parent: index " + std::to_string(c.tree_offset[2] + 1)), std::string::npos) << r.err;
+  }
+  Result const missing = canopy("trace validate " + tempPath("none.h5"));
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find("no such file"), std::string::npos) << missing.err;
+  std::string const text = writeFile("text.h5", "hello");
+  EXPECT_EQ(canopy("trace validate " + text).code, 2);
+}
+
+TEST(TraceCli, badConfigsExitTwoNamingTheKey)
+{
+  struct Case
+  {
+    std::string toml, needle;
+  };
+  std::vector<Case> const cases = {
+      {"steps = 3\n[draft]\nbugdet = 4\n", "draft.bugdet: unknown key"},
+      {"stepz = 3\n", "stepz: unknown key"},
+      {"[tree]\nbudget = 4\n", "tree: unknown key"},
+      {"steps = \"many\"\n", "steps: expected an integer"},
+      {"[draft]\nbudget = -2\n", "draft.budget"},
+      {"[arrivals]\nmode = \"burst\"\n", "arrivals.mode"},
+      {"[prompt]\ndist = \"zipf\"\n", "prompt.dist"},
+      {"[pool]\nnum_slots = 10\n", "pool.num_slots"},
+      {"[model]\nnum_heads = 2.5\n", "model.num_heads: expected an integer"},
+      {"draft = 3\n", "draft: expected a table"},
+      {"steps = [\n", "bad.toml:"},
+  };
+  std::string const never = tempPath("never.h5");
+  for (auto const &c : cases)
+  {
+    std::string const cfg = writeFile("bad.toml", c.toml);
+    Result const r = canopy("trace synth -c " + cfg + " -o " + never);
+    EXPECT_EQ(r.code, 2) << c.toml;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.toml << " -> " << r.err;
+    EXPECT_FALSE(std::filesystem::exists(never));
+  }
+  EXPECT_EQ(canopy("trace synth -o " + tempPath("x.h5") + " --steps 0").code, 2);
+  EXPECT_EQ(canopy("trace synth -c " + tempPath("nonexistent.toml") + " -o " + tempPath("x.h5")).code, 2);
+  EXPECT_EQ(canopy("trace synth --steps 3").code, 2) << "--out is required";
+}
+} // namespace canopy::test

@@ -1,0 +1,263 @@
+/// \file tstTraceRoundTrip.cpp
+/// \brief Writer -> reader round trips: every dataset comes back bit for bit, steps come back as the
+/// requests that were written, metadata equals core's buildMetadata in every layout, values replay.
+#include "canopy_Bf16.hpp"
+#include "canopy_Reference.hpp"
+#include "canopy_TraceReader.hpp"
+#include "canopy_TraceTestUtil.hpp"
+#include "canopy_Tree.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+namespace canopy::test
+{
+namespace
+{
+void expectSameColumns(TraceColumns const &a, TraceColumns const &b)
+{
+  EXPECT_EQ(a.source, b.source);
+  EXPECT_EQ(a.created, b.created);
+  EXPECT_EQ(a.shape.num_heads, b.shape.num_heads);
+  EXPECT_EQ(a.shape.sm_scale, b.shape.sm_scale);
+  EXPECT_EQ(a.num_slots, b.num_slots);
+  EXPECT_EQ(a.request_offset, b.request_offset);
+  EXPECT_EQ(a.request_id, b.request_id);
+  EXPECT_EQ(a.prefix_len, b.prefix_len);
+  EXPECT_EQ(a.tree_offset, b.tree_offset);
+  EXPECT_EQ(a.kv_offset, b.kv_offset);
+  EXPECT_EQ(a.accepted, b.accepted);
+  EXPECT_EQ(a.parent, b.parent);
+  EXPECT_EQ(a.out_cache_loc, b.out_cache_loc);
+  EXPECT_EQ(a.kv_indices, b.kv_indices);
+  EXPECT_EQ(a.has_values, b.has_values);
+  EXPECT_EQ(a.q, b.q);
+  EXPECT_EQ(a.kv, b.kv);
+  EXPECT_EQ(a.out, b.out);
+}
+
+/// A hand-built trace: two steps, a request that persists (its prefix grows by the accepted path).
+TraceContent handContent()
+{
+  TraceContent t;
+  t.source = "hand";
+  t.created = "2024-05-06T07:08:09+00:00";
+  t.shape.num_heads = 3;
+  t.shape.sm_scale = 0.125;
+  t.num_slots = 64;
+  TraceRequest a{7, {{10, 11, 12, 3}, {-1, 0, 0, 1}, {20, 21, 22, 23}}, 3};
+  TraceRequest b{9, {{}, {-1}, {30}}, 1};
+  TraceRequest a2{7, {{10, 11, 12, 3, 20, 21, 23}, {-1, 0, 1}, {40, 41, 42}}, 2};
+  t.steps = {TraceStep{{a, b}}, TraceStep{{a2}}, TraceStep{}};
+  return t;
+}
+} // namespace
+
+TEST(TraceRoundTrip, handWrittenStepsComeBackAsWritten)
+{
+  TraceContent const t = handContent();
+  std::string const path = tempPath("hand.h5");
+  writeTrace(path, t);
+  TraceReader const r(path);
+  EXPECT_EQ(r.numSteps(), 3);
+  EXPECT_EQ(r.info().source, "hand");
+  EXPECT_EQ(r.info().created, t.created);
+  EXPECT_EQ(r.info().shape.num_heads, 3);
+  EXPECT_EQ(r.info().shape.sm_scale, 0.125);
+  EXPECT_EQ(r.info().num_slots, 64);
+  EXPECT_EQ(r.info().num_requests, 3);
+  EXPECT_EQ(r.info().num_nodes, 8);
+  EXPECT_EQ(r.info().num_prefix_tokens, 11);
+  EXPECT_TRUE(r.info().has_accepted);
+  EXPECT_FALSE(r.info().has_values);
+  for (int64_t s = 0; s < r.numSteps(); ++s)
+  {
+    auto const got = r.stepRequests(s);
+    auto const &want = t.steps[static_cast<size_t>(s)].requests;
+    ASSERT_EQ(got.size(), want.size()) << "step " << s;
+    EXPECT_EQ(r.stepBatchSize(s), static_cast<int>(want.size()));
+    for (size_t i = 0; i < got.size(); ++i)
+    {
+      EXPECT_EQ(got[i].request_id, want[i].request_id);
+      EXPECT_EQ(got[i].accepted, want[i].accepted);
+      EXPECT_EQ(got[i].spec.prefix_slots, want[i].spec.prefix_slots);
+      EXPECT_EQ(got[i].spec.parent, want[i].spec.parent);
+      EXPECT_EQ(got[i].spec.tree_slots, want[i].spec.tree_slots);
+    }
+  }
+  EXPECT_EQ(r.requestIds(0), (std::vector<int64_t>{7, 9}));
+  EXPECT_EQ(r.accepted(0), (std::vector<int32_t>{3, 1}));
+  EXPECT_TRUE(r.expectedOutput(0).empty());
+  EXPECT_EQ(r.stepBatchSize(2), 0);
+  expectInputError([&] { r.stepMetadata(3, MaskLayout::kFull); }, {"step 3 out of range"});
+  expectInputError([&] { r.stepBatchSize(-1); }, {"step -1 out of range"});
+}
+
+TEST(TraceRoundTrip, simulatedColumnsComeBackBitForBit)
+{
+  for (bool values : {false, true})
+  {
+    TraceColumns const c = smallColumns(11, values);
+    std::string const path = tempPath(values ? "values.h5" : "meta.h5");
+    writeTraceColumns(path, c);
+    expectSameColumns(readTraceColumns(path), c);
+    // The same through an in-memory image, and uncompressed.
+    std::vector<unsigned char> const image = Impl::writeColumnsImage(c);
+    expectSameColumns(TraceReader::fromImage(image.data(), image.size()).columns(), c);
+    TraceWriteOptions raw;
+    raw.deflate_level = 0;
+    raw.chunk_bytes = 64;  // many chunks, partial last chunk
+    writeTraceColumns(path, c, raw);
+    expectSameColumns(readTraceColumns(path), c);
+  }
+}
+
+TEST(TraceRoundTrip, stepMetadataEqualsBuildMetadataInEveryLayout)
+{
+  TraceColumns const c = smallColumns(5);
+  std::string const path = tempPath("t.h5");
+  writeTraceColumns(path, c);
+  TraceReader const r(path);
+  ASSERT_GT(r.numSteps(), 0);
+  TraceStepView view;
+  for (int64_t s = 0; s < r.numSteps(); ++s)
+  {
+    std::vector<RequestSpec> specs;
+    for (auto const &req : r.stepRequests(s))
+      specs.push_back(req.spec);
+    for (MaskLayout layout : {MaskLayout::kFull, MaskLayout::kTree, MaskLayout::kParents})
+    {
+      BatchMetadata const got = r.stepMetadata(s, layout);
+      BatchMetadata const want = buildMetadata(specs, layout);
+      EXPECT_EQ(got.mask_layout, layout);
+      EXPECT_EQ(got.kv_indptr, want.kv_indptr);
+      EXPECT_EQ(got.kv_indices, want.kv_indices);
+      EXPECT_EQ(got.qo_indptr, want.qo_indptr);
+      EXPECT_EQ(got.out_cache_loc, want.out_cache_loc);
+      EXPECT_EQ(got.custom_mask, want.custom_mask);
+      EXPECT_EQ(got.mask_indptr, want.mask_indptr);
+      EXPECT_EQ(got.tree_parent, want.tree_parent);
+      EXPECT_NO_THROW(validateMetadata(got, r.info().num_slots));
+    }
+    // The zero-copy view points at the same numbers.
+    r.stepView(s, view);
+    BatchMetadata const m = r.stepMetadata(s, MaskLayout::kParents);
+    EXPECT_EQ(view.batch_size, m.batchSize());
+    EXPECT_EQ(view.kv_indptr, m.kv_indptr);
+    EXPECT_EQ(view.qo_indptr, m.qo_indptr);
+    ASSERT_EQ(view.num_prefix_tokens, static_cast<int64_t>(m.kv_indices.size()));
+    ASSERT_EQ(view.num_nodes, m.numNodes());
+    EXPECT_TRUE(std::equal(m.kv_indices.begin(), m.kv_indices.end(), view.kv_indices));
+    EXPECT_TRUE(std::equal(m.out_cache_loc.begin(), m.out_cache_loc.end(), view.out_cache_loc));
+    EXPECT_TRUE(std::equal(m.tree_parent.begin(), m.tree_parent.end(), view.tree_parent));
+    ASSERT_NE(view.accepted, nullptr);
+    EXPECT_EQ(view.accepted[0], r.accepted(s)[0]);
+    EXPECT_EQ(view.request_id[0], r.requestIds(s)[0]);
+  }
+}
+
+TEST(TraceRoundTrip, seededValuesAreReproducibleWithoutRecordedValues)
+{
+  TraceColumns const c = smallColumns(8);
+  std::string const path = tempPath("t.h5");
+  writeTraceColumns(path, c);
+  TraceReader const r(path);
+  HostProblem const a = r.stepProblem(1, MaskLayout::kTree, 42);
+  HostProblem const b = r.stepProblem(1, MaskLayout::kTree, 42);
+  HostProblem const other = r.stepProblem(1, MaskLayout::kTree, 43);
+  EXPECT_EQ(a.q, b.q);
+  EXPECT_EQ(a.kv_pool, b.kv_pool);
+  EXPECT_NE(a.q, other.q);
+  EXPECT_EQ(a.q.size(), static_cast<size_t>(a.meta.numNodes()) * a.shape.num_heads * D_QK);
+  EXPECT_EQ(a.kv_pool.size(), static_cast<size_t>(r.info().num_slots) * D_QK);
+  // Identical to filling a problem with the same metadata by hand: the seed alone fixes the bits.
+  HostProblem manual;
+  manual.shape = a.shape;
+  manual.num_slots = a.num_slots;
+  manual.meta = a.meta;
+  fillRandomValues(manual, 42);
+  EXPECT_EQ(manual.q, a.q);
+  EXPECT_EQ(manual.kv_pool, a.kv_pool);
+}
+
+TEST(TraceRoundTrip, recordedValuesReplayToTheReference)
+{
+  TraceColumns const c = smallColumns(3, true);
+  std::string const path = tempPath("v.h5");
+  writeTraceColumns(path, c);
+  TraceReader const r(path);
+  ASSERT_TRUE(r.info().has_values);
+  ASSERT_TRUE(r.info().has_expected_out);
+  int64_t const H = r.info().shape.num_heads;
+  for (int64_t s = 0; s < r.numSteps(); ++s)
+  {
+    HostProblem const p = r.stepProblem(s, MaskLayout::kFull, 1234);
+    int64_t const n0 = c.tree_offset[c.request_offset[s]];
+    // Recorded q rows of this step and the recorded pool, not seeded ones.
+    ASSERT_EQ(p.q.size(), static_cast<size_t>(p.meta.numNodes() * H * D_QK));
+    EXPECT_TRUE(std::equal(p.q.begin(), p.q.end(), c.q.begin() + n0 * H * D_QK));
+    EXPECT_EQ(p.kv_pool, c.kv);
+    std::vector<uint16_t> const out = r.expectedOutput(s);
+    ASSERT_EQ(out.size(), p.outElements());
+    ErrorStats const e = compareToReference(referenceAttention(p), out.data(), out.size());
+    EXPECT_TRUE(e.pass) << "step " << s << " rel_l2 " << e.rel_l2 << " bad " << e.num_bad;
+    // bf16 rounding of the fp64 reference: well under the kernels' tolerance.
+    EXPECT_LT(e.rel_l2, 4e-3);
+  }
+  // The check can fail: a corrupted expected output is caught.
+  std::vector<uint16_t> out = r.expectedOutput(0);
+  out[5] = floatToBf16(bf16ToFloat(out[5]) + 1.0f);
+  for (size_t i = 0; i < out.size(); i += 3)
+    out[i] = floatToBf16(-bf16ToFloat(out[i]));
+  HostProblem const p0 = r.stepProblem(0, MaskLayout::kFull, 0);
+  EXPECT_FALSE(compareToReference(referenceAttention(p0), out.data(), out.size()).pass);
+}
+
+TEST(TraceRoundTrip, writerIsAtomicAndRefusesInvalidContent)
+{
+  std::string const path = tempPath("atomic.h5");
+  TraceColumns good = smallColumns(4);
+  writeTraceColumns(path, good);
+  auto const before = std::filesystem::file_size(path);
+
+  TraceColumns bad = good;
+  bad.parent[bad.tree_offset[1] + 1] = 5;  // parent not < node
+  expectInputError([&] { writeTraceColumns(path, bad); }, {"refusing", "/tree/parent", "index"});
+  // The old file is untouched and no temporary file is left beside it.
+  EXPECT_EQ(std::filesystem::file_size(path), before);
+  EXPECT_NO_THROW(TraceReader{path});
+  int files = 0;
+  for (auto const &e : std::filesystem::directory_iterator(std::filesystem::path(path).parent_path()))
+    files += e.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(files, 1);
+
+  // A new trace replaces the old one as a whole.
+  TraceColumns other = smallColumns(9);
+  other.source = "replacement";
+  writeTraceColumns(path, other);
+  EXPECT_EQ(TraceReader(path).info().source, "replacement");
+
+  expectInputError([&] { writeTraceColumns(tempPath("x") + "/no/such/dir/t.h5", good); }, {"output folder", "does not exist"});
+}
+
+TEST(TraceRoundTrip, contentWithMismatchedTreeIsRejected)
+{
+  TraceContent t = handContent();
+  t.steps[0].requests[0].spec.tree_slots.pop_back();
+  expectInputError([&] { writeTrace(tempPath("t.h5"), t); }, {"request id 7", "parents", "tree slots"});
+}
+
+TEST(TraceRoundTrip, emptyTraceIsValid)
+{
+  TraceColumns c;
+  c.source = "empty";
+  c.num_slots = 0;
+  std::string const path = tempPath("empty.h5");
+  writeTraceColumns(path, c);
+  TraceReader const r(path);
+  EXPECT_EQ(r.numSteps(), 0);
+  EXPECT_EQ(r.info().num_requests, 0);
+  EXPECT_FALSE(r.info().has_accepted);
+}
+} // namespace canopy::test
