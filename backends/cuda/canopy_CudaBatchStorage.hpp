@@ -1,0 +1,50 @@
+/// \file canopy_CudaBatchStorage.hpp
+/// \brief Batch buffers in CUDA device memory (DeviceBuffer, no Kokkos CUDA), sized for a graph
+/// bucket, with uploads ordered on the storage's own stream: what the CUDA designs run on.
+#pragma once
+
+#include "canopy_BatchStorage.hpp"
+#include "canopy_CudaRuntime.hpp"
+
+namespace canopy::cuda
+{
+class CudaBatchStorage final : public BatchStorage
+{
+public:
+  explicit CudaBatchStorage(BatchCapacity const &capacity);
+
+  /// \brief Metadata into the static buffers with cudaMemcpyAsync on stream() (a graph runner's
+  /// copy before each replay; capture-unsafe itself, so it is never called under capture).
+  /// Throws InputError when the step exceeds the capacity.
+  void setMetadata(BatchMetadata const &meta, ModelShape const &shape) override;
+  /// \brief Metadata, q and the KV pool (sizes checked against the capacity).
+  void upload(HostProblem const &problem) override;
+  /// \brief Every output byte 0xff (a bf16 NaN), so unwritten elements are detected.
+  void poisonOutput() override;
+  std::vector<uint16_t> downloadOutput() override;
+  BatchRef ref() const override;
+  ExecContext context() const override { return {static_cast<void *>(_stream.get())}; }
+  void sync() override { _stream.sync(); }
+
+  cudaStream_t stream() const { return _stream.get(); }
+  BatchCapacity const &capacity() const { return _cap; }
+  /// \brief Fills q (rows in use) and the whole KV pool with seeded random bf16 on the device,
+  /// for benchmark-sized pools that would take seconds on the host. Call after setMetadata.
+  void fillRandomValues(uint64_t seed, float q_scale = 1.f, float kv_scale = 1.f);
+
+private:
+  BatchCapacity _cap;
+  Stream _stream;
+  BatchRef _meta;  // host fields of the last setMetadata
+  DeviceBuffer<int32_t> _kv_indptr;
+  DeviceBuffer<int64_t> _kv_indices;
+  DeviceBuffer<int64_t> _qo_indptr;
+  DeviceBuffer<int64_t> _out_cache_loc;
+  DeviceBuffer<uint8_t> _custom_mask;
+  DeviceBuffer<int64_t> _mask_indptr;
+  DeviceBuffer<int32_t> _tree_parent;
+  DeviceBuffer<uint16_t> _q;
+  DeviceBuffer<uint16_t> _kv_pool;
+  DeviceBuffer<uint16_t> _out;
+};
+} // namespace canopy::cuda

@@ -1,0 +1,202 @@
+/// \file canopy_CudaDesigns.cpp
+/// \brief cuda-sm120 and cuda-flat: plan checks the shape and sizes the workspace per strategy,
+/// run only enqueues (capture-safe in global mode). There is no fallback path: a shape the kernels
+/// cannot serve is an InputError in plan, so `strict` changes nothing here.
+#include "canopy_CudaDesigns.hpp"
+
+#include "canopy_CudaParams.hpp"
+#include "canopy_CudaRuntime.hpp"
+#include "canopy_Registry.hpp"
+#include "canopy_VerifyAttentionCuda.hpp"
+
+#include <algorithm>
+#include <string>
+
+namespace canopy
+{
+namespace cuda
+{
+namespace
+{
+class CudaVerifyDesign final : public Design
+{
+public:
+  CudaVerifyDesign(bool flat, bool partial_bf16) : _flat(flat), _bf16(!flat && partial_bf16) {}
+
+  std::string name() const override { return _flat ? "cuda-flat" : "cuda-sm120"; }
+  MemoryKind memory() const override { return MemoryKind::kCudaDevice; }
+  bool captureSafe() const override { return true; }
+  std::string path() const override { return _path.empty() ? name() : _path; }
+
+  size_t workspaceBytes() const override
+  {
+    return _options.workspace == WorkspaceStrategy::kPerCall ? boundsWorkspaceBytes() : _ws.bytes();
+  }
+
+  void plan(PlanBounds const &bounds, DesignOptions const &options) override
+  {
+    std::string const who = name() + ": ";
+    std::string why;
+    if (!cudaAvailable(&why))
+      throw InputError(who + "no usable CUDA device (" + why + ")");
+    if (bounds.num_heads < 1 || bounds.max_batch < 0 || bounds.max_tree < 0 || bounds.max_nodes < 0 ||
+        bounds.max_prefix < 0)
+      throw InputError(who + "plan bounds must be non-negative with at least one head");
+    if (bounds.max_tree > MAX_TREE)
+      throw InputError(who + "max tree size " + std::to_string(bounds.max_tree) + " exceeds the " +
+                       std::to_string(MAX_TREE) + " nodes the kernels serve (shared-memory visibility sets)");
+    if (bounds.max_batch > 65535)
+      throw InputError(who + "max batch " + std::to_string(bounds.max_batch) + " exceeds 65535 (grid y)");
+    if (bounds.max_prefix + bounds.max_tree > (int64_t{1} << 30))
+      throw InputError(who + "prefix + tree length " + std::to_string(bounds.max_prefix + bounds.max_tree) +
+                       " exceeds 2^30 (32-bit request-local positions)");
+    if (!_flat && (options.nsplit < 1 || options.nsplit > MAX_NSPLIT))
+      throw InputError(who + "nsplit " + std::to_string(options.nsplit) + " outside [1, " +
+                       std::to_string(MAX_NSPLIT) + "]");
+    DeviceInfo const dev = deviceInfo(currentDevice());
+    size_t const smem = _flat ? flatSharedBytes() : sm120SharedBytes();
+    if (dev.smem_per_block_optin < smem)
+      throw InputError(who + "needs " + std::to_string(smem) + " bytes of shared memory per block, " + dev.name +
+                       " offers " + std::to_string(dev.smem_per_block_optin));
+    check(prepareVerifyKernels(), "cudaFuncSetAttribute (verify kernels)");
+    _bounds = bounds;
+    _options = options;
+    _nsplit = _flat ? 1 : options.nsplit;
+    _planned = true;
+    _path = name() + "/" + (_flat ? std::string("mma-flat") : _nsplit == 1 ? std::string("mma-direct")
+                                                                           : "mma-split" + std::to_string(_nsplit) +
+                                                                                 (_bf16 ? "-bf16" : "-f32")) +
+            "/" + toString(bounds.mask_layout);
+    switch (options.workspace)
+    {
+    case WorkspaceStrategy::kPersistent: _ws.resize(boundsWorkspaceBytes()); break;
+    case WorkspaceStrategy::kPerCall: _ws.resize(0); break;
+    case WorkspaceStrategy::kGrow: break;  // keeps what earlier eager runs grew to
+    }
+  }
+
+  void run(BatchRef const &batch, ExecContext const &ctx) override
+  {
+    std::string const who = name() + ": ";
+    if (!_planned)
+      throw InputError(who + "run before plan");
+    if (batch.batch_size > _bounds.max_batch || batch.num_nodes > _bounds.max_nodes ||
+        batch.num_heads != _bounds.num_heads)
+      throw InputError(who + "batch (B=" + std::to_string(batch.batch_size) + ", sum T=" +
+                       std::to_string(batch.num_nodes) + ", H=" + std::to_string(batch.num_heads) +
+                       ") outside the plan bounds (B<=" + std::to_string(_bounds.max_batch) + ", sum T<=" +
+                       std::to_string(_bounds.max_nodes) + ", H=" + std::to_string(_bounds.num_heads) + ")");
+    if (batch.mask_layout != _bounds.mask_layout)
+      throw InputError(who + "batch mask layout '" + toString(batch.mask_layout) + "' differs from the planned '" +
+                       toString(_bounds.mask_layout) + "'");
+    cudaStream_t const stream = static_cast<cudaStream_t>(ctx.cuda_stream);
+    VerifyParams p = makeVerifyParams(batch, _bounds, _nsplit);
+    int64_t const bound_rows = _bounds.max_nodes * _bounds.num_heads;
+    void *per_call = nullptr;
+    if (_nsplit > 1)
+    {
+      switch (_options.workspace)
+      {
+      case WorkspaceStrategy::kPersistent: bindWorkspace(p, _ws.data(), bound_rows, _bf16); break;
+      case WorkspaceStrategy::kGrow:
+      {
+        int64_t const rows = batch.num_nodes * batch.num_heads;
+        size_t const need = verifyWorkspaceBytes(rows, _nsplit, _bf16);
+        if (_ws.bytes() < need)
+        {
+          if (isCapturing(stream))
+            throw RuntimeFailure(who + "grow workspace holds " + std::to_string(_ws.bytes()) + " bytes, this batch needs " +
+                                 std::to_string(need) + ": warm up eagerly with the bucket's largest batch before capture");
+          _ws.resize(need);  // cudaFree/cudaMalloc synchronise: eager runs only
+        }
+        bindWorkspace(p, _ws.data(), workspaceRows(_ws.bytes()), _bf16);
+        break;
+      }
+      case WorkspaceStrategy::kPerCall:
+        // Stream-ordered: under capture this becomes a graph memory-alloc node (and a free node below).
+        check(cudaMallocAsync(&per_call, boundsWorkspaceBytes(), stream), "cudaMallocAsync (per-call workspace)");
+        bindWorkspace(p, per_call, bound_rows, _bf16);
+        break;
+      }
+    }
+    if (char const *problem = verifyParamsProblem(p))
+      throw InputError(who + problem);
+    cudaError_t const e = _flat ? launchVerifyFlat(p, stream) : launchVerifySm120(p, stream);
+    if (per_call)
+      check(cudaFreeAsync(per_call, stream), "cudaFreeAsync (per-call workspace)");
+    check(e, _flat ? "launchVerifyFlat" : "launchVerifySm120");
+  }
+
+private:
+  static int currentDevice()
+  {
+    int d = 0;
+    check(cudaGetDevice(&d), "cudaGetDevice");
+    return d;
+  }
+  size_t boundsWorkspaceBytes() const
+  {
+    return _nsplit > 1 ? verifyWorkspaceBytes(_bounds.max_nodes * _bounds.num_heads, _nsplit, _bf16) : 0;
+  }
+  /// Rows a workspace of \p bytes holds (inverse of verifyWorkspaceBytes, rounding down). O rows
+  /// are multiples of 1 KB, so the lse array needs no alignment padding and the 256-byte slack of
+  /// verifyWorkspaceBytes is never a row (subtracting it lost the last row: seen on the H200).
+  int64_t workspaceRows(size_t bytes) const
+  {
+    size_t const per_row = static_cast<size_t>(_nsplit) * (512 * (_bf16 ? 2 : 4) + sizeof(float));
+    return static_cast<int64_t>(bytes / per_row);
+  }
+
+  bool _flat;
+  bool _bf16;
+  bool _planned = false;
+  int _nsplit = 1;
+  PlanBounds _bounds;
+  DesignOptions _options;
+  DeviceBuffer<uint8_t> _ws;
+  std::string _path;
+};
+} // namespace
+
+int suggestNsplit(PlanBounds const &b, int sm_count, bool partial_bf16)
+{
+  // Units: one KV tile of one CTA (64 rows x 32 keys x 1088 columns, ~2 us on an H200 SM at the
+  // mma.sync rate). A CTA also pays ~2 tiles to start (Q load, first KV tile in flight). Each
+  // split adds its partials to the combine pass: rows x 2 KB (fp32) written and read at ~3 TB/s.
+  constexpr double TILE_S = 2e-6, START_TILES = 2.0, PARTIAL_BW = 3e12;
+  int64_t const m_tiles = (static_cast<int64_t>(b.max_tree) * b.num_heads + 63) / 64;
+  int64_t const ctas_per_split = std::max<int64_t>(1, static_cast<int64_t>(b.max_batch) * m_tiles);
+  int64_t const len = std::max<int64_t>(1, b.max_prefix + b.max_tree);
+  double const rows = static_cast<double>(b.max_batch) * b.max_tree * b.num_heads;
+  double const split_cost = rows * 512 * (partial_bf16 ? 2 : 4) * 2 / PARTIAL_BW / TILE_S;
+  int best = 1;
+  double best_cost = 1e300;
+  int const max_ns = static_cast<int>(std::min<int64_t>(64, (len + 31) / 32));
+  for (int ns = 1; ns <= std::max(1, max_ns); ++ns)
+  {
+    int64_t const waves = (ctas_per_split * ns + std::max(1, sm_count) - 1) / std::max(1, sm_count);
+    int64_t const tiles = ((len + ns - 1) / ns + 31) / 32;
+    double const cost = static_cast<double>(waves) * (static_cast<double>(tiles) + START_TILES) +
+                        (ns > 1 ? 1.0 + ns * split_cost : 0.0);
+    if (cost < best_cost - 1e-9)
+      best = ns, best_cost = cost;
+  }
+  return best;
+}
+
+DesignPtr makeSm120Design(bool partial_bf16) { return std::make_unique<CudaVerifyDesign>(false, partial_bf16); }
+DesignPtr makeFlatDesign() { return std::make_unique<CudaVerifyDesign>(true, false); }
+} // namespace cuda
+
+void registerCudaDesigns()
+{
+  registerDesign("cuda-sm120",
+                 "hand-written CUDA split-K flash-decode: heads x nodes folded into 64-row mma.sync tiles, "
+                 "cp.async 2-stage, <= 99 KB smem (sm_120 limits; H200 numbers are an sm_90 proxy)",
+                 [] { return cuda::makeSm120Design(false); });
+  registerDesign("cuda-flat",
+                 "CUDA baseline with SGLang's Triton extend-kernel structure: block per (request, head, "
+                 "32-node tile), whole prefix serially, K and V loaded separately",
+                 [] { return cuda::makeFlatDesign(); });
+}
+} // namespace canopy

@@ -1,0 +1,63 @@
+/// \file canopy_CudaParams.hpp
+/// \brief BatchRef + plan bounds -> the kernels' POD params, and the split-workspace layout: the one
+/// place where host types meet canopy::cuda::VerifyParams (used by the designs and the Kokkos::Cuda
+/// specialisation alike).
+#pragma once
+
+#include "canopy_BatchRef.hpp"
+#include "canopy_Design.hpp"
+#include "canopy_VerifyAttentionCuda.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace canopy::cuda
+{
+inline MaskMode toMaskMode(MaskLayout layout)
+{
+  switch (layout)
+  {
+  case MaskLayout::kFull: return MaskMode::kFull;
+  case MaskLayout::kTree: return MaskMode::kTree;
+  case MaskLayout::kParents: return MaskMode::kParents;
+  }
+  return MaskMode::kFull;
+}
+
+/// \brief Params over \p batch's (device) buffers with grid bounds from \p bounds. Workspace unset.
+inline VerifyParams makeVerifyParams(BatchRef const &batch, PlanBounds const &bounds, int nsplit)
+{
+  VerifyParams p;
+  p.kv_indptr = batch.kv_indptr;
+  p.kv_indices = batch.kv_indices;
+  p.qo_indptr = batch.qo_indptr;
+  p.out_cache_loc = batch.out_cache_loc;
+  p.custom_mask = batch.custom_mask;
+  p.mask_indptr = batch.mask_indptr;
+  p.tree_parent = batch.tree_parent;
+  p.q = batch.q;
+  p.kv_pool = batch.kv_pool;
+  p.out = batch.out;
+  p.batch_size = batch.batch_size;
+  p.num_heads = batch.num_heads;
+  p.sm_scale = batch.sm_scale;
+  p.mask = toMaskMode(batch.mask_layout);
+  p.max_batch = bounds.max_batch;
+  p.max_tree = bounds.max_tree;
+  p.max_nodes = bounds.max_nodes;
+  p.nsplit = nsplit;
+  return p;
+}
+
+/// \brief Points \p p's partials into \p base (verifyWorkspaceBytes(rows, nsplit, bf16) bytes):
+/// O partials first, then the lse array at a 256-byte boundary.
+inline void bindWorkspace(VerifyParams &p, void *base, int64_t rows, bool partial_bf16)
+{
+  size_t const r = static_cast<size_t>(rows > 0 ? rows : 0) * static_cast<size_t>(p.nsplit);
+  size_t const o_bytes = (r * 512 * (partial_bf16 ? 2 : 4) + 255) / 256 * 256;
+  p.partial_o = base;
+  p.partial_lse = base ? reinterpret_cast<float *>(static_cast<char *>(base) + o_bytes) : nullptr;
+  p.partial_rows = base ? rows : 0;
+  p.partial_bf16 = partial_bf16;
+}
+} // namespace canopy::cuda

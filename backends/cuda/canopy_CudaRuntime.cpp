@@ -1,0 +1,302 @@
+#include "canopy_CudaRuntime.hpp"
+
+#include "canopy_VerifyAttentionCuda.hpp"
+
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cstdio>
+
+namespace canopy::cuda
+{
+bool cudaAvailable(std::string *why)
+{
+  int count = 0;
+  cudaError_t const e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess)
+  {
+    if (why)
+      *why = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(e);
+    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return false;
+  }
+  if (count == 0)
+  {
+    if (why)
+      *why = "no CUDA device";
+    return false;
+  }
+  return true;
+}
+
+void check(cudaError_t e, char const *what)
+{
+  if (e != cudaSuccess)
+    throw RuntimeFailure(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+DeviceInfo deviceInfo(int device)
+{
+  DeviceInfo d;
+  d.device = device;
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  d.name = prop.name;
+  d.cc_major = prop.major;
+  d.cc_minor = prop.minor;
+  d.sm_count = prop.multiProcessorCount;
+  d.l2_bytes = static_cast<size_t>(prop.l2CacheSize);
+  d.global_bytes = prop.totalGlobalMem;
+  d.smem_per_block_optin = prop.sharedMemPerBlockOptin;
+  d.smem_per_sm = prop.sharedMemPerMultiprocessor;
+  int v = 0;
+  if (cudaDeviceGetAttribute(&v, cudaDevAttrClockRate, device) == cudaSuccess)
+    d.sm_clock_khz = v;
+  if (cudaDeviceGetAttribute(&v, cudaDevAttrMemoryClockRate, device) == cudaSuccess)
+    d.mem_clock_khz = v;
+  if (cudaDeviceGetAttribute(&v, cudaDevAttrGlobalMemoryBusWidth, device) == cudaSuccess)
+    d.mem_bus_bits = v;
+  cudaGetLastError();
+  cudaDriverGetVersion(&d.driver_version);
+  cudaRuntimeGetVersion(&d.runtime_version);
+  return d;
+}
+
+std::string DeviceInfo::summary() const
+{
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "%s (sm_%d%d, %d SMs, %.0f MB L2, %.0f GB, driver %d.%d, runtime %d.%d)",
+                name.c_str(), cc_major, cc_minor, sm_count, l2_bytes / 1048576.0, global_bytes / 1073741824.0,
+                driver_version / 1000, (driver_version % 1000) / 10, runtime_version / 1000,
+                (runtime_version % 1000) / 10);
+  return buf;
+}
+
+Stream::Stream() { check(cudaStreamCreateWithFlags(&_stream, cudaStreamNonBlocking), "cudaStreamCreate"); }
+Stream::~Stream()
+{
+  if (_stream)
+    cudaStreamDestroy(_stream);
+}
+void Stream::sync() const { check(cudaStreamSynchronize(_stream), "cudaStreamSynchronize"); }
+
+Event::Event() { check(cudaEventCreate(&_event), "cudaEventCreate"); }
+Event::~Event()
+{
+  if (_event)
+    cudaEventDestroy(_event);
+}
+void Event::record(cudaStream_t stream) { check(cudaEventRecord(_event, stream), "cudaEventRecord"); }
+void Event::sync() const { check(cudaEventSynchronize(_event), "cudaEventSynchronize"); }
+float Event::elapsedMsSince(Event const &start) const
+{
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, start._event, _event), "cudaEventElapsedTime");
+  return ms;
+}
+
+Graph::~Graph() { reset(); }
+Graph::Graph(Graph &&o) noexcept : _graph(std::exchange(o._graph, nullptr)), _exec(std::exchange(o._exec, nullptr)) {}
+Graph &Graph::operator=(Graph &&o) noexcept
+{
+  if (this != &o)
+  {
+    reset();
+    _graph = std::exchange(o._graph, nullptr);
+    _exec = std::exchange(o._exec, nullptr);
+  }
+  return *this;
+}
+void Graph::reset() noexcept
+{
+  if (_exec)
+    cudaGraphExecDestroy(_exec);
+  if (_graph)
+    cudaGraphDestroy(_graph);
+  _exec = nullptr;
+  _graph = nullptr;
+}
+
+void Graph::beginCapture(cudaStream_t stream)
+{
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture (global mode)");
+}
+
+void Graph::abortCapture(cudaStream_t stream) noexcept
+{
+  cudaGraph_t g = nullptr;
+  cudaStreamEndCapture(stream, &g);
+  if (g)
+    cudaGraphDestroy(g);
+  cudaGetLastError();
+}
+
+Graph Graph::endCapture(cudaStream_t stream)
+{
+  Graph out;
+  check(cudaStreamEndCapture(stream, &out._graph), "cudaStreamEndCapture (a capture-unsafe call inside?)");
+  check(cudaGraphInstantiate(&out._exec, out._graph, 0), "cudaGraphInstantiate");
+  return out;
+}
+
+void Graph::replay(cudaStream_t stream) const
+{
+  if (!_exec)
+    throw RuntimeFailure("Graph::replay: no instantiated graph");
+  check(cudaGraphLaunch(_exec, stream), "cudaGraphLaunch");
+}
+
+size_t Graph::numNodes() const
+{
+  size_t n = 0;
+  if (_graph)
+    check(cudaGraphGetNodes(_graph, nullptr, &n), "cudaGraphGetNodes");
+  return n;
+}
+
+bool isCapturing(cudaStream_t stream)
+{
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
+  return status == cudaStreamCaptureStatusActive;
+}
+
+L2Flusher::L2Flusher(size_t bytes)
+{
+  if (bytes == 0)
+  {
+    int dev = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    bytes = 2 * std::max<size_t>(deviceInfo(dev).l2_bytes, size_t(1) << 20);
+  }
+  _buffer.resize(bytes);
+}
+
+void L2Flusher::flush(cudaStream_t stream)
+{
+  _value = (_value + 1) & 0xff;  // a new value each time: no chance of a skipped identical write
+  _buffer.fillBytes(_value, stream);
+}
+
+TimingStats summarize(std::vector<double> s)
+{
+  TimingStats t;
+  t.samples = static_cast<int>(s.size());
+  if (s.empty())
+    return t;
+  std::sort(s.begin(), s.end());
+  auto rank = [&](double q) { return s[std::min(s.size() - 1, static_cast<size_t>(q * (s.size() - 1) + 0.5))]; };
+  t.median_ms = rank(0.5);
+  t.p10_ms = rank(0.1);
+  t.p90_ms = rank(0.9);
+  t.min_ms = s.front();
+  return t;
+}
+
+TimingStats timeGraph(Graph const &graph, cudaStream_t stream, int samples, int warmup, L2Flusher *flusher)
+{
+  for (int i = 0; i < warmup; ++i)
+    graph.replay(stream);
+  std::vector<Event> start(samples), stop(samples);
+  for (int i = 0; i < samples; ++i)
+  {
+    if (flusher)
+      flusher->flush(stream);
+    start[i].record(stream);
+    graph.replay(stream);
+    stop[i].record(stream);
+  }
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (timeGraph)");
+  std::vector<double> ms(samples);
+  for (int i = 0; i < samples; ++i)
+    ms[i] = stop[i].elapsedMsSince(start[i]);
+  return summarize(ms);
+}
+
+namespace
+{
+void checkBlas(cublasStatus_t s, char const *what)
+{
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw RuntimeFailure(std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(s)));
+}
+} // namespace
+
+double measureBf16GemmFlops(cudaStream_t stream, int n, int reps)
+{
+  size_t const elems = static_cast<size_t>(n) * n;
+  DeviceBuffer<uint16_t> a(elems), b(elems), c(elems);
+  // Random operands: zeros run measurably faster on the tensor cores than real data.
+  check(fillRandomBf16(a.data(), elems, 11, 1.f, stream), "fillRandomBf16");
+  check(fillRandomBf16(b.data(), elems, 12, 1.f, stream), "fillRandomBf16");
+  cublasHandle_t handle = nullptr;
+  checkBlas(cublasCreate(&handle), "cublasCreate");
+  struct Guard
+  {
+    cublasHandle_t h;
+    ~Guard() { cublasDestroy(h); }
+  } guard{handle};
+  checkBlas(cublasSetStream(handle, stream), "cublasSetStream");
+  float const alpha = 1.f, beta = 0.f;
+  auto gemm = [&] {
+    checkBlas(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.data(), CUDA_R_16BF, n, b.data(),
+                           CUDA_R_16BF, n, &beta, c.data(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              "cublasGemmEx");
+  };
+  for (int i = 0; i < 3; ++i)
+    gemm();
+  std::vector<Event> start(reps), stop(reps);
+  for (int i = 0; i < reps; ++i)
+  {
+    start[i].record(stream);
+    gemm();
+    stop[i].record(stream);
+  }
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (gemm peak)");
+  std::vector<double> ms(reps);
+  for (int i = 0; i < reps; ++i)
+    ms[i] = stop[i].elapsedMsSince(start[i]);
+  double const med = summarize(ms).median_ms;
+  return 2.0 * n * static_cast<double>(n) * n / (med * 1e-3);
+}
+
+double measureCopyBandwidth(cudaStream_t stream, size_t bytes, int reps)
+{
+  DeviceBuffer<uint8_t> src(bytes), dst(bytes);
+  src.fillBytes(1, stream);
+  for (int i = 0; i < 2; ++i)
+    check(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync D2D");
+  std::vector<Event> start(reps), stop(reps);
+  for (int i = 0; i < reps; ++i)
+  {
+    start[i].record(stream);
+    check(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync D2D");
+    stop[i].record(stream);
+  }
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (copy peak)");
+  std::vector<double> ms(reps);
+  for (int i = 0; i < reps; ++i)
+    ms[i] = stop[i].elapsedMsSince(start[i]);
+  return 2.0 * static_cast<double>(bytes) / (summarize(ms).median_ms * 1e-3);
+}
+
+Peaks measurePeaks(cudaStream_t stream, int gemm_n, size_t copy_bytes)
+{
+  Peaks p;
+  p.gemm_n = gemm_n;
+  p.copy_bytes = copy_bytes;
+  p.bf16_flops = measureBf16GemmFlops(stream, gemm_n);
+  p.copy_bytes_per_s = measureCopyBandwidth(stream, copy_bytes);
+  return p;
+}
+
+std::string Peaks::describe() const
+{
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "bf16 GEMM %.1f TFLOP/s (cuBLAS %dx%dx%d, random data, median of 10); D2D copy %.2f TB/s (%.1f GB, "
+                "read + write, median of 10)",
+                bf16_flops * 1e-12, gemm_n, gemm_n, gemm_n, copy_bytes_per_s * 1e-12, copy_bytes / 1e9);
+  return buf;
+}
+} // namespace canopy::cuda

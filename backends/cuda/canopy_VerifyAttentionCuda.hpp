@@ -1,0 +1,99 @@
+/// \file canopy_VerifyAttentionCuda.hpp
+/// \brief The boundary between host code and the hand-written CUDA kernels: a POD params struct
+/// (raw device pointers, strides, lengths, mask layout, NSPLIT) and launchers that enqueue on a
+/// caller's stream and return cudaError_t. No Kokkos, no exceptions; plain g++ can include it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace canopy::cuda
+{
+/// Mask layouts as the kernels see them (same order as canopy::MaskLayout).
+enum class MaskMode : int
+{
+  kFull = 0,    ///< custom_mask T x (P+T) per request, tree columns read at offset P
+  kTree = 1,    ///< custom_mask T x T per request
+  kParents = 2  ///< tree_parent only; ancestor bitmasks are built in-kernel
+};
+
+/// Largest tree (T_b) the kernels serve: visibility of the tree columns is ceil(T/64) 64-bit words
+/// per node, built in shared memory for the tile's nodes (64 nodes x 4 words = 2 KB at most), from
+/// custom_mask or, for the parents layout, from the in-kernel ancestor walk.
+constexpr int MAX_TREE = 256;
+/// KV splits a launch may use (lse of one row for all splits is read by each combine thread).
+constexpr int MAX_NSPLIT = 256;
+
+/// \brief Everything a verify launch needs. All pointers are device pointers to the native
+/// SGLang-layout buffers (DESIGN.md §1); the kernels read them in place, every launch, so a CUDA
+/// graph replays against whatever the buffers hold at replay time.
+struct VerifyParams
+{
+  int32_t const *kv_indptr = nullptr;      ///< [B+1]
+  int64_t const *kv_indices = nullptr;     ///< [sum P]
+  int64_t const *qo_indptr = nullptr;      ///< [B+1]
+  int64_t const *out_cache_loc = nullptr;  ///< [sum T]
+  uint8_t const *custom_mask = nullptr;    ///< full/tree layouts
+  int64_t const *mask_indptr = nullptr;    ///< [B+1]
+  int32_t const *tree_parent = nullptr;    ///< [sum T], parents layout
+  uint16_t const *q = nullptr;             ///< bf16 bits; row (node, head) at q + (node*H + head) * q_row_stride
+  uint16_t const *kv_pool = nullptr;       ///< bf16 bits; slot s at kv_pool + s * kv_row_stride (576 used)
+  uint16_t *out = nullptr;                 ///< bf16 bits; row (node, head) at out + (node*H + head) * out_row_stride
+
+  /// Strides in elements; multiples of 8 (16-byte rows for cp.async).
+  int64_t q_row_stride = 576;
+  int64_t kv_row_stride = 576;
+  int64_t out_row_stride = 512;
+
+  int batch_size = 0;   ///< rows of kv_indptr/qo_indptr in use (padded rows included)
+  int num_heads = 8;
+  float sm_scale = 0.f;
+  MaskMode mask = MaskMode::kFull;
+
+  /// Grid bounds (the graph bucket): grids derive from these only, never from device values.
+  int max_batch = 0;    ///< >= batch_size
+  int max_tree = 0;     ///< >= every T_b (precondition: a larger tree is not covered by the grid)
+  int64_t max_nodes = 0;  ///< >= sum T
+
+  int nsplit = 1;       ///< KV splits per request; 1 = the main kernel writes `out` directly
+
+  /// Split partials (nsplit > 1): O normalised by its own softmax sum, [row][split][512], and
+  /// lse in log2 units, [row][split]. Rows >= partial_rows are not written and come out NaN.
+  void *partial_o = nullptr;
+  float *partial_lse = nullptr;
+  int64_t partial_rows = 0;
+  bool partial_bf16 = false;  ///< bf16 partials (half the bytes) instead of fp32
+};
+
+/// \brief Bytes of split workspace for \p rows (node, head) rows: O partials + lse.
+size_t verifyWorkspaceBytes(int64_t rows, int nsplit, bool partial_bf16);
+
+/// \brief Dynamic shared memory per block of each kernel; both are <= SMEM_LIMIT on every GPU.
+size_t sm120SharedBytes();
+size_t flatSharedBytes();
+/// The sm_120 per-block opt-in limit (99 KB), enforced on every GPU, the H200 included.
+constexpr size_t SMEM_LIMIT = 99 * 1024;
+
+/// \brief Raises the kernels' dynamic shared-memory limit (cudaFuncSetAttribute); idempotent, not
+/// capture-safe: call it once before any launch, outside capture (plan() does).
+cudaError_t prepareVerifyKernels();
+
+/// \brief Checks \p p for values the kernels cannot serve (null buffers, strides, nsplit, heads,
+/// trees > MAX_TREE, missing workspace). Returns nullptr when fine, else a message.
+char const *verifyParamsProblem(VerifyParams const &p);
+
+/// \brief cuda-sm120: split-K flash-decode with heads x tree nodes folded into the MMA M dimension
+/// (64-row tiles), mma.sync m16n8k16 bf16 / fp32, ldmatrix, 2-stage cp.async, <= 99 KB shared
+/// memory; then the combine kernel when nsplit > 1. Enqueue only.
+cudaError_t launchVerifySm120(VerifyParams const &p, cudaStream_t stream);
+
+/// \brief cuda-flat: SGLang Triton extend-kernel structure: one block per (request, head, 32-node
+/// query tile), whole prefix walked serially, K and V tiles loaded separately. nsplit is ignored.
+cudaError_t launchVerifyFlat(VerifyParams const &p, cudaStream_t stream);
+
+/// \brief Fills \p n bf16 values with a counter-based hash of (seed, index), uniform in [-scale, scale).
+/// For benchmark pools and GEMM peaks (never zeros: they time faster than real data).
+cudaError_t fillRandomBf16(uint16_t *dst, size_t n, uint64_t seed, float scale, cudaStream_t stream);
+} // namespace canopy::cuda

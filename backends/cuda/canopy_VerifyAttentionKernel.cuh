@@ -1,0 +1,606 @@
+/// \file canopy_VerifyAttentionKernel.cuh
+/// \brief The verify-attention tile kernel shared by cuda-sm120 and cuda-flat (included by their
+/// .cu files only): Q in registers, K/V tiles in shared memory, mma.sync m16n8k16 bf16 -> fp32,
+/// online softmax in log2 units. The two designs differ in structure only (row folding, split-K,
+/// whether V is a second load), so the measured gap between them is the structure, not the MMA code.
+#pragma once
+
+#include "canopy_VerifyAttentionCuda.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace canopy::cuda::Impl
+{
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr float NEG_INF = -__builtin_huge_valf();
+
+// ---------------------------------------------------------------------------------------------
+// PTX wrappers (sm_80+ instructions only: the same code is the sm_90 and the sm_120 cubin).
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smemAddr(void const *p)
+{
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// 16-byte global->shared copy; with \p pred false nothing is read and the 16 bytes are zeroed.
+__device__ __forceinline__ void cpAsync16(uint32_t dst, void const *src, bool pred)
+{
+  int const n = pred ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+
+/// 8-byte copy (one int64 slot index); zero-filled when \p pred is false.
+__device__ __forceinline__ void cpAsync8(uint32_t dst, void const *src, bool pred)
+{
+  int const n = pred ? 8 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+
+__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void cpAsyncWait()
+{
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrixX4(uint32_t (&r)[4], uint32_t addr)
+{
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrixX4Trans(uint32_t (&r)[4], uint32_t addr)
+{
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+/// d += a (16x16, row) * b (16x8, col), bf16 inputs, fp32 accumulators.
+__device__ __forceinline__ void mmaBf16(float (&d)[4], uint32_t const (&a)[4], uint32_t b0, uint32_t b1)
+{
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+               "{%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/// Barrier for \p count threads on named barrier \p id (0 is __syncthreads).
+__device__ __forceinline__ void namedBarrier(int id, int count)
+{
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ uint32_t packBf16(float lo, float hi)
+{
+  __nv_bfloat162 const v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t const *>(&v);
+}
+
+template <class PartialT> struct PartialStore;
+template <> struct PartialStore<float>
+{
+  __device__ static void pair(float *dst, float a, float b) { *reinterpret_cast<float2 *>(dst) = make_float2(a, b); }
+};
+template <> struct PartialStore<__nv_bfloat16>
+{
+  __device__ static void pair(__nv_bfloat16 *dst, float a, float b)
+  {
+    *reinterpret_cast<uint32_t *>(dst) = packBf16(a, b);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Tile configuration. ROW_GROUPS row groups of 16 (node, head) rows; KSPLIT warps per row group:
+// warp (rg, kh) holds Q columns [576/KSPLIT kh, +576/KSPLIT) as A fragments and owns a 1/KSPLIT
+// share of the 512 output columns as fp32 accumulators. The KSPLIT partial score tiles are summed
+// through shared memory, so all warps of a row group hold the same scores and run the same online
+// softmax. Q stays out of shared memory: a 64 x 576 bf16 Q tile (72 KB) plus two KV stages would
+// not fit the 99 KB sm_120 limit. Registers per thread: KSPLIT = 2 needs 72 (Q) + 128 (O) and
+// spilled (ptxas: 164 B of spill stores at 255 registers); KSPLIT = 3 needs 48 + 88.
+// ---------------------------------------------------------------------------------------------
+template <int ROW_GROUPS_, int KSPLIT_, bool FOLD_HEADS_, bool SEPARATE_V_>
+struct TileConfig
+{
+  static constexpr int ROW_GROUPS = ROW_GROUPS_;
+  static constexpr int KSPLIT = KSPLIT_;
+  static constexpr bool FOLD_HEADS = FOLD_HEADS_;  ///< rows = (node, head) of one request, else nodes of one head
+  static constexpr bool SEPARATE_V = SEPARATE_V_;  ///< V tile loaded again, into its own buffer (flat)
+  static constexpr int WARPS = KSPLIT * ROW_GROUPS;
+  static constexpr int THREADS = 32 * WARPS;
+  static constexpr int M_TILE = 16 * ROW_GROUPS;
+  static constexpr int N_TILE = 32;                 ///< KV rows per tile
+  static constexpr int KSTEPS = 36 / KSPLIT;        ///< k16 steps of Q per warp
+  static constexpr int PAIRS = (32 + KSPLIT - 1) / KSPLIT;  ///< 16-column output blocks per warp (max)
+  static constexpr int QK_CHUNKS = 72;    ///< 16-byte chunks in a 576-wide bf16 row
+  static constexpr int LOAD_UNROLL = SEPARATE_V ? 4 : 8;  ///< KV copies unrolled per loop (register budget)
+  static constexpr int V_CHUNKS = 64;
+  // Rows padded by 16 bytes: 1168 B = 73 chunks, odd, so the 8 row addresses of an ldmatrix
+  // phase land in 8 different 16-byte bank groups (an unpadded 1152 B row puts all 8 in one).
+  static constexpr int KV_ROW_BYTES = (576 + 8) * 2;
+  static constexpr int V_ROW_BYTES = (512 + 8) * 2;
+  static constexpr int KV_STAGES = SEPARATE_V ? 1 : 2;
+  static constexpr int KV_STAGE_BYTES = N_TILE * KV_ROW_BYTES;
+  static constexpr int Q_STAGE_BYTES = M_TILE * KV_ROW_BYTES;  // Q is staged through the KV stages once
+  static constexpr int KV_BYTES = KV_STAGES * KV_STAGE_BYTES > Q_STAGE_BYTES ? KV_STAGES * KV_STAGE_BYTES : Q_STAGE_BYTES;
+  static constexpr int V_BYTES = SEPARATE_V ? N_TILE * V_ROW_BYTES : 0;
+  static constexpr int X_BYTES = WARPS * 16 * N_TILE * 4;  ///< score halves exchanged between paired warps
+  static constexpr int MAX_TILE_NODES = M_TILE;           ///< H = 1 puts M_TILE nodes in a tile
+  static constexpr int ANC_WORDS = MAX_TREE / 64;
+  static constexpr int BITMAP_BYTES = MAX_TILE_NODES * ANC_WORDS * 8;
+  static constexpr int RING_BYTES = 2 * N_TILE * 8;
+  static constexpr int PARENT_BYTES = MAX_TREE * 4;
+  static constexpr int SMEM_BYTES = KV_BYTES + V_BYTES + X_BYTES + BITMAP_BYTES + RING_BYTES + PARENT_BYTES;
+  static_assert(SMEM_BYTES <= static_cast<int>(SMEM_LIMIT), "tile exceeds the sm_120 99 KB shared-memory limit");
+  static_assert(36 % KSPLIT == 0, "KSPLIT must divide the 36 k16 steps of a 576-wide row");
+};
+
+/// Visits the 16-byte chunks of \p ROWS rows of \p CHUNKS chunks (72: a 576-wide K row, 64: a
+/// 512-wide V row) split over the CTA: thread t takes column chunk t % 64 of rows t / 64 + k *
+/// (THREADS / 64), and the 8 rope chunks of rows t / 8 + k * (THREADS / 8). Each thread keeps one
+/// column and one base row, so the unrolled copies differ by immediate offsets only (a plain
+/// c = tid + i * THREADS split kept ~18 per-copy offsets live across the KV loop).
+template <int ROWS, int CHUNKS, int THREADS, int UNROLL = 8, class Fn>
+__device__ __forceinline__ void forChunks(int tid, Fn &&fn)
+{
+  static_assert(THREADS % 64 == 0 && (ROWS * 64) % THREADS == 0 && (ROWS * 8) % THREADS == 0, "chunk split");
+  // At most UNROLL copies unrolled: a fully unrolled 32-copy loop (the 64-thread flat CTA) hoisted
+  // enough slot loads to push the accumulators into spills.
+#pragma unroll UNROLL
+  for (int k = 0; k < ROWS * 64 / THREADS; ++k)
+    fn(tid / 64 + k * (THREADS / 64), tid % 64);
+  if constexpr (CHUNKS == 72)
+  {
+#pragma unroll
+    for (int k = 0; k < ROWS * 8 / THREADS; ++k)
+      fn(tid / 8 + k * (THREADS / 8), 64 + tid % 8);
+  }
+}
+
+/// One CTA: rows [mt * M_TILE, +M_TILE) of request \p b (of head \p head when rows are not folded),
+/// KV positions of split \p split. Positions index the concatenation prefix (kv_indices) + tree
+/// (out_cache_loc); a split is a run of whole 32-row tiles.
+template <class Cfg, class PartialT>
+__device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt, int split, int head)
+{
+  constexpr int RG = Cfg::ROW_GROUPS;
+  constexpr int THREADS = Cfg::THREADS;
+  constexpr int M_TILE = Cfg::M_TILE;
+  constexpr int N_TILE = Cfg::N_TILE;
+  constexpr int KVB = Cfg::KV_ROW_BYTES;
+  constexpr int VB = Cfg::SEPARATE_V ? Cfg::V_ROW_BYTES : Cfg::KV_ROW_BYTES;
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char *const v_smem = smem + Cfg::KV_BYTES;
+  float4 *const xbuf = reinterpret_cast<float4 *>(smem + Cfg::KV_BYTES + Cfg::V_BYTES);
+  uint64_t *const bitmap = reinterpret_cast<uint64_t *>(smem + Cfg::KV_BYTES + Cfg::V_BYTES + Cfg::X_BYTES);
+  int64_t *const ring = reinterpret_cast<int64_t *>(smem + Cfg::KV_BYTES + Cfg::V_BYTES + Cfg::X_BYTES +
+                                                    Cfg::BITMAP_BYTES);
+  int32_t *const sparent = reinterpret_cast<int32_t *>(smem + Cfg::KV_BYTES + Cfg::V_BYTES + Cfg::X_BYTES +
+                                                       Cfg::BITMAP_BYTES + Cfg::RING_BYTES);
+
+  int const tid = threadIdx.x;
+  int const warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  int const rg = warp % RG, kh = warp / RG;
+  constexpr int KS = Cfg::KSPLIT;
+  constexpr int PAIRS = Cfg::PAIRS;
+
+  if (b >= p.batch_size)
+    return;
+  // Request-local positions, rows and node ids are 32-bit (kv_indptr itself is int32); only
+  // global row and slot offsets are 64-bit. Saves the registers the O accumulators need.
+  int const H = p.num_heads;
+  int64_t const qo0 = p.qo_indptr[b];
+  int const T = static_cast<int>(p.qo_indptr[b + 1] - qo0);
+  int const rows_in_req = Cfg::FOLD_HEADS ? T * H : T;
+  int const tile_row0 = mt * M_TILE;
+  if (tile_row0 >= rows_in_req)
+    return;  // padded row or a tile past this request's tree: nothing to write
+  int const kv0 = p.kv_indptr[b];
+  int const P = p.kv_indptr[b + 1] - kv0;
+  int const L = P + T;
+  int const nsplit = Cfg::FOLD_HEADS ? p.nsplit : 1;
+  bool const direct = nsplit == 1;
+  int chunk = (L + nsplit - 1) / nsplit;
+  chunk = (chunk + N_TILE - 1) / N_TILE * N_TILE;
+  int const s0 = split * chunk;
+  int const s1 = s0 + chunk < L ? s0 + chunk : L;
+
+  auto globalRow = [&](int rr) -> int64_t {
+    return Cfg::FOLD_HEADS ? qo0 * H + rr : (qo0 + rr) * H + head;
+  };
+
+  if (s0 >= s1)
+  {
+    // Empty split (short request): lse = -inf, the combine gives it weight 0 and reads no O.
+    for (int r = tid; r < M_TILE; r += THREADS)
+    {
+      int const rr = tile_row0 + r;
+      if (rr < rows_in_req)
+      {
+        int64_t const gr = globalRow(rr);
+        if (gr < p.partial_rows)
+          p.partial_lse[gr * nsplit + split] = NEG_INF;
+      }
+    }
+    return;
+  }
+
+  // ---- Q tile -> shared (zero rows past the request) -> A fragments in registers ----
+  uint32_t const kv_base = smemAddr(smem);
+  forChunks<M_TILE, Cfg::QK_CHUNKS, THREADS>(tid, [&](int r, int ch) {
+    int const rr = tile_row0 + r;
+    bool const ok = rr < rows_in_req;
+    uint16_t const *src = ok ? p.q + globalRow(rr) * p.q_row_stride + ch * 8 : p.q;
+    cpAsync16(kv_base + r * KVB + ch * 16, src, ok);
+  });
+  cpAsyncCommit();
+
+  // Visibility of the tree columns for the tile's nodes, one bit per (node, tree column), built
+  // once per CTA (only where the split reaches the tree columns) for every layout, so the score
+  // loop tests a shared-memory bit instead of carrying mask pointers and offsets in registers.
+  int const node_lo = Cfg::FOLD_HEADS ? tile_row0 / H : tile_row0;
+  int node_hi = Cfg::FOLD_HEADS ? (tile_row0 + M_TILE - 1) / H : tile_row0 + M_TILE - 1;
+  node_hi = node_hi < T - 1 ? node_hi : T - 1;
+  bool const tree_too_big = T > MAX_TREE;  // outside the plan's bounds: outputs NaN, never silent
+  bool const build_vis = s1 > P && !tree_too_big;
+  if (build_vis && p.mask == MaskMode::kParents)
+  {
+    for (int i = tid; i < T; i += THREADS)
+      sparent[i] = p.tree_parent[qo0 + i];
+    for (int i = tid; i < Cfg::MAX_TILE_NODES * Cfg::ANC_WORDS; i += THREADS)
+      bitmap[i] = 0;
+  }
+  else if (build_vis)
+  {
+    int64_t const mask0 = p.mask_indptr[b];
+    int const words = (T + 63) / 64;
+    for (int w = tid; w < (node_hi - node_lo + 1) * words; w += THREADS)
+    {
+      int const li = w / words, word = w % words;
+      int const i = node_lo + li;
+      uint8_t const *row = p.custom_mask + mask0 +
+                           (p.mask == MaskMode::kFull ? static_cast<int64_t>(i) * L + P : static_cast<int64_t>(i) * T);
+      uint64_t bits = 0;
+      int const j0 = word * 64;
+      int const jn = T - j0 < 64 ? T - j0 : 64;
+      for (int j = 0; j < jn; ++j)
+        bits |= static_cast<uint64_t>(row[j0 + j] != 0) << j;
+      bitmap[li * Cfg::ANC_WORDS + word] = bits;
+    }
+  }
+  cpAsyncWait<0>();
+  __syncthreads();
+
+  uint32_t qf[Cfg::KSTEPS][4];
+#pragma unroll
+  for (int ks = 0; ks < Cfg::KSTEPS; ++ks)
+  {
+    int const k0 = (kh * Cfg::KSTEPS + ks) * 16;
+    ldmatrixX4(qf[ks], kv_base + (rg * 16 + (lane & 15)) * KVB + (k0 + (lane >> 4) * 8) * 2);
+  }
+  if (build_vis && p.mask == MaskMode::kParents)
+  {
+    // Each thread walks one node to the root: depth <= T steps in shared memory. A parent that is
+    // not smaller than its child (malformed input) stops the walk instead of looping.
+    for (int li = tid; li <= node_hi - node_lo; li += THREADS)
+    {
+      uint64_t *row = bitmap + li * Cfg::ANC_WORDS;
+      for (int k = node_lo + li; k >= 0;)
+      {
+        row[k >> 6] |= 1ull << (k & 63);
+        int const up = sparent[k];
+        if (up >= k)
+          break;
+        k = up;
+      }
+    }
+  }
+  __syncthreads();  // Q staging is free for KV tiles; ancestor sets are visible
+
+  // Per-thread rows: g and g + 8 of the warp's row group.
+  bool const rg_valid = tile_row0 + rg * 16 < rows_in_req;
+  // Visibility word offset of each of the thread's two rows; -1 for rows past the request.
+  int vis_row[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+  {
+    int const rr = tile_row0 + rg * 16 + g + h * 8;
+    vis_row[h] = rr < rows_in_req ? ((Cfg::FOLD_HEADS ? rr / H : rr) - node_lo) * Cfg::ANC_WORDS : -1;
+  }
+  float const scale = p.sm_scale * LOG2E;
+
+  // Output columns of this warp: 16-column blocks [kh * PAIRS, kh * PAIRS + npairs).
+  int const pair0 = kh * PAIRS;
+  int const npairs = 32 - pair0 < PAIRS ? 32 - pair0 : PAIRS;
+  float o[2 * PAIRS][4];
+#pragma unroll
+  for (int n = 0; n < 2 * PAIRS; ++n)
+    o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
+
+  int const ntiles = (s1 - s0 + N_TILE - 1) / N_TILE;
+  auto indexPtr = [&](int pos) -> int64_t const * {
+    return pos < P ? p.kv_indices + kv0 + pos : p.out_cache_loc + qo0 + (pos - P);
+  };
+  uint32_t const ring_base = smemAddr(ring);
+  // Slot indices for tile j land in ring[j & 1] one iteration before its KV rows are requested,
+  // so the KV cp.async never waits on a dependent global load.
+  auto issueIndices = [&](int j) {
+    if (tid < N_TILE)
+    {
+      int const pos = s0 + j * N_TILE + tid;
+      bool const ok = pos < s1;
+      cpAsync8(ring_base + ((j & 1) * N_TILE + tid) * 8, indexPtr(ok ? pos : s0), ok);
+    }
+  };
+  auto issueKV = [&](int j, uint32_t dst) {
+    int64_t const *slots = ring + (j & 1) * N_TILE;
+    forChunks<N_TILE, Cfg::QK_CHUNKS, THREADS, Cfg::LOAD_UNROLL>(tid, [&](int r, int ch) {
+      bool const ok = s0 + j * N_TILE + r < s1;
+      int64_t const slot = ok ? slots[r] : 0;
+      cpAsync16(dst + r * KVB + ch * 16, p.kv_pool + slot * p.kv_row_stride + ch * 8, ok);
+    });
+  };
+  auto issueV = [&](int j, uint32_t dst) {
+    int64_t const *slots = ring + (j & 1) * N_TILE;
+    forChunks<N_TILE, Cfg::V_CHUNKS, THREADS, Cfg::LOAD_UNROLL>(tid, [&](int r, int ch) {
+      bool const ok = s0 + j * N_TILE + r < s1;
+      int64_t const slot = ok ? slots[r] : 0;
+      cpAsync16(dst + r * Cfg::V_ROW_BYTES + ch * 16, p.kv_pool + slot * p.kv_row_stride + ch * 8, ok);
+    });
+  };
+
+  uint32_t pa[2][4];  // probabilities as bf16 A fragments (k = 32 KV rows = 2 k-steps)
+
+  // Scores for tile j, exchange with the partner warp, mask, online softmax -> pa.
+  auto scoresAndSoftmax = [&](int j, uint32_t kbuf) {
+    float s[4][4];
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < Cfg::KSTEPS; ++ks)
+    {
+      int const k0 = (kh * Cfg::KSTEPS + ks) * 16;
+#pragma unroll
+      for (int np = 0; np < 2; ++np)
+      {
+        uint32_t bf[4];
+        ldmatrixX4(bf, kbuf + ((np * 2 + (lane >> 4)) * 8 + (lane & 7)) * KVB + (k0 + ((lane >> 3) & 1) * 8) * 2);
+        mmaBf16(s[np * 2], qf[ks], bf[0], bf[1]);
+        mmaBf16(s[np * 2 + 1], qf[ks], bf[2], bf[3]);
+      }
+    }
+    // Sum the KSPLIT partial scores in the same order (warp 0's + warp 1's + ...) in every warp of
+    // the row group, so all of them hold bit-identical scores and softmax state.
+    float4 *mine = xbuf + warp * 4 * 32;
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+      mine[n * 32 + lane] = make_float4(s[n][0], s[n][1], s[n][2], s[n][3]);
+    namedBarrier(1 + rg, 32 * KS);
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+    {
+      // The warp's own term comes from its registers (the same value it stored).
+      float4 acc = kh == 0 ? make_float4(s[n][0], s[n][1], s[n][2], s[n][3]) : xbuf[rg * 4 * 32 + n * 32 + lane];
+#pragma unroll
+      for (int k = 1; k < KS; ++k)
+      {
+        float4 const x =
+            kh == k ? make_float4(s[n][0], s[n][1], s[n][2], s[n][3]) : xbuf[(k * RG + rg) * 4 * 32 + n * 32 + lane];
+        acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
+      }
+      s[n][0] = acc.x, s[n][1] = acc.y, s[n][2] = acc.z, s[n][3] = acc.w;
+    }
+    int const col0 = s0 + j * N_TILE;
+    bool const need_mask = col0 + N_TILE > P || col0 + N_TILE > s1;
+    // One 32-bit window per row: bit c = column col0 + c is visible (prefix, or a visible tree
+    // column, and inside the split). Two shared loads per row instead of one per score keep the
+    // temporaries of the masked tiles from pushing the 200 accumulator registers into spills.
+    uint32_t vm[2] = {~0u, ~0u};
+    if (need_mask)
+    {
+      int const pre = P - col0;    // prefix columns in this tile (may be <= 0 or >= 32)
+      int const lim = s1 - col0;   // valid columns in this tile (>= 1)
+      uint32_t const in_split = lim >= 32 ? ~0u : (1u << lim) - 1u;
+      uint32_t const prefix = pre >= 32 ? ~0u : pre <= 0 ? 0u : (1u << pre) - 1u;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+      {
+        uint32_t tree = 0;
+        int const vr = vis_row[h];
+        if (vr >= 0 && pre < 32 && !tree_too_big)
+        {
+          int const start = -pre;  // tree index of column 0 of the tile
+          if (start >= 0)
+          {
+            int const w = start >> 6, sh = start & 63;
+            uint64_t bits = bitmap[vr + w] >> sh;
+            if (sh > 32 && (w + 1) * 64 < T)
+              bits |= bitmap[vr + w + 1] << (64 - sh);
+            tree = static_cast<uint32_t>(bits);
+          }
+          else
+            tree = static_cast<uint32_t>(bitmap[vr] << -start);  // -start < 32
+        }
+        vm[h] = vr >= 0 ? (prefix | tree) & in_split : 0u;
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+      {
+        bool const ok = (vm[e >> 1] >> (n * 8 + t4 * 2 + (e & 1))) & 1u;
+        s[n][e] = ok ? s[n][e] * scale : NEG_INF;
+      }
+    float mx[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+    {
+      mx[0] = fmaxf(mx[0], fmaxf(s[n][0], s[n][1]));
+      mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
+    }
+    float alpha[2], msub[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+    {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      float const mnew = fmaxf(m[h], mx[h]);
+      // A row with nothing visible yet keeps m = -inf; guard the -inf - -inf = NaN case.
+      alpha[h] = mnew == NEG_INF ? 1.f : exp2f(m[h] - mnew);
+      msub[h] = mnew == NEG_INF ? 0.f : mnew;
+      m[h] = mnew;
+      l[h] *= alpha[h];
+    }
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+    {
+      s[n][0] = exp2f(s[n][0] - msub[0]);
+      s[n][1] = exp2f(s[n][1] - msub[0]);
+      s[n][2] = exp2f(s[n][2] - msub[1]);
+      s[n][3] = exp2f(s[n][3] - msub[1]);
+      l[0] += s[n][0] + s[n][1];
+      l[1] += s[n][2] + s[n][3];
+    }
+#pragma unroll
+    for (int n = 0; n < 2 * PAIRS; ++n)
+    {
+      o[n][0] *= alpha[0];
+      o[n][1] *= alpha[0];
+      o[n][2] *= alpha[1];
+      o[n][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk)
+    {
+      pa[kk][0] = packBf16(s[2 * kk][0], s[2 * kk][1]);
+      pa[kk][1] = packBf16(s[2 * kk][2], s[2 * kk][3]);
+      pa[kk][2] = packBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[kk][3] = packBf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+  };
+
+  auto accumulatePV = [&](uint32_t vbuf) {
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+      for (int np = 0; np < PAIRS; ++np)
+      {
+        if (np < npairs)
+        {
+          uint32_t vb[4];
+          ldmatrixX4Trans(vb, vbuf + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * VB +
+                                  ((pair0 + np) * 16 + (lane >> 4) * 8) * 2);
+          mmaBf16(o[np * 2], pa[kk], vb[0], vb[1]);
+          mmaBf16(o[np * 2 + 1], pa[kk], vb[2], vb[3]);
+        }
+      }
+  };
+
+  if constexpr (!Cfg::SEPARATE_V)
+  {
+    // 2-stage pipeline: tile j+1's rows (and tile j+2's slot indices) are in flight while tile j
+    // is computed. One __syncthreads per tile also orders the score exchange buffer.
+    if (tid < N_TILE)
+    {
+      int const pos = s0 + tid;
+      ring[tid] = pos < s1 ? *indexPtr(pos) : 0;
+    }
+    __syncthreads();
+    issueKV(0, kv_base);
+    if (ntiles > 1)
+      issueIndices(1);
+    cpAsyncCommit();
+    for (int j = 0; j < ntiles; ++j)
+    {
+      cpAsyncWait<0>();
+      __syncthreads();
+      if (j + 1 < ntiles)
+      {
+        issueKV(j + 1, kv_base + ((j + 1) & 1) * Cfg::KV_STAGE_BYTES);
+        if (j + 2 < ntiles)
+          issueIndices(j + 2);
+      }
+      cpAsyncCommit();
+      uint32_t const buf = kv_base + (j & 1) * Cfg::KV_STAGE_BYTES;
+      if (rg_valid)
+      {
+        scoresAndSoftmax(j, buf);
+        accumulatePV(buf);
+      }
+    }
+  }
+  else
+  {
+    // SGLang extend-kernel order: load this tile's slot indices, then K, then V as a second read of
+    // the same rows; no prefetch across tiles.
+    uint32_t const v_base = smemAddr(v_smem);
+    for (int j = 0; j < ntiles; ++j)
+    {
+      __syncthreads();  // previous tile fully consumed
+      if (tid < N_TILE)
+      {
+        int const pos = s0 + j * N_TILE + tid;
+        ring[(j & 1) * N_TILE + tid] = pos < s1 ? *indexPtr(pos) : 0;
+      }
+      __syncthreads();
+      issueKV(j, kv_base);
+      cpAsyncCommit();
+      issueV(j, v_base);
+      cpAsyncCommit();
+      cpAsyncWait<1>();
+      __syncthreads();
+      if (rg_valid)
+        scoresAndSoftmax(j, kv_base);
+      cpAsyncWait<0>();
+      __syncthreads();
+      if (rg_valid)
+        accumulatePV(v_base);
+    }
+  }
+
+  if (!rg_valid)
+    return;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+  {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+  {
+    int const rr = tile_row0 + rg * 16 + g + h * 8;
+    if (rr >= rows_in_req)
+      continue;
+    int64_t const gr = globalRow(rr);
+    float const inv = tree_too_big ? __int_as_float(0x7fc00000) : 1.f / l[h];
+    if (direct)
+    {
+      uint16_t *orow = p.out + gr * p.out_row_stride + pair0 * 16 + t4 * 2;
+#pragma unroll
+      for (int n = 0; n < 2 * PAIRS; ++n)
+        if (n < 2 * npairs)
+          *reinterpret_cast<uint32_t *>(orow + n * 8) = packBf16(o[n][h * 2] * inv, o[n][h * 2 + 1] * inv);
+    }
+    else if (gr < p.partial_rows)
+    {
+      PartialT *prow = static_cast<PartialT *>(p.partial_o) + (gr * nsplit + split) * 512 + pair0 * 16 + t4 * 2;
+#pragma unroll
+      for (int n = 0; n < 2 * PAIRS; ++n)
+        if (n < 2 * npairs)
+          PartialStore<PartialT>::pair(prow + n * 8, o[n][h * 2] * inv, o[n][h * 2 + 1] * inv);
+      if (kh == 0 && t4 == 0)
+        p.partial_lse[gr * nsplit + split] = m[h] + log2f(l[h]);
+    }
+  }
+}
+} // namespace canopy::cuda::Impl

@@ -1,0 +1,161 @@
+/// \file canopy_VerifyAttentionSm120.cu
+/// \brief cuda-sm120: split-K flash-decode over the native SGLang buffers, heads x tree nodes
+/// folded into 64-row MMA tiles, plus the split combine kernel and the launch-side checks.
+#include "canopy_VerifyAttentionKernel.cuh"
+
+#include <mutex>
+
+namespace canopy::cuda
+{
+namespace Impl
+{
+// 64 (node, head) rows per CTA: with H = 8 that is 8 tree nodes, so a KV row fetched into shared
+// memory feeds 64 query rows; 4 row groups x 2 K/V halves = 8 warps. 8 warps, not 9 or 12: the
+// register file is split over 4 sub-partitions, so 9 warps cap a thread at 168 registers (ptxas
+// spilled 508 B there) while 8 allow 255 for the 72 (Q) + 128 (O) + 16 (scores) this tile holds.
+using Sm120Config = TileConfig<4, 2, true, false>;
+
+template <class PartialT>
+__global__ void __launch_bounds__(Sm120Config::THREADS, 1) sm120Kernel(VerifyParams const p, int m_tiles)
+{
+  // x = split * m_tiles + m-tile: the m-tiles of one split are neighbours in launch order, so the
+  // CTAs that read the same KV rows run together and all but the first find them in L2.
+  int const mt = blockIdx.x % m_tiles;
+  int const split = blockIdx.x / m_tiles;
+  verifyTile<Sm120Config, PartialT>(p, blockIdx.y, mt, split, 0);
+}
+
+/// One 128-thread block per (node, head) row: weights 2^(lse_s - max) over the splits, 4 columns
+/// per thread. Rows past the live sum T (read from qo_indptr at run time) exit.
+template <class PartialT>
+__global__ void __launch_bounds__(128) combineKernel(VerifyParams const p)
+{
+  int64_t const row = blockIdx.x;
+  if (row >= p.qo_indptr[p.batch_size] * p.num_heads)
+    return;
+  int const c = threadIdx.x * 4;
+  uint16_t *orow = p.out + row * p.out_row_stride + c;
+  if (row >= p.partial_rows)
+  {
+    // Workspace smaller than the batch (grow strategy used past its warm-up size): NaN, never stale.
+    *reinterpret_cast<uint2 *>(orow) = make_uint2(0x7fc07fc0u, 0x7fc07fc0u);
+    return;
+  }
+  int const ns = p.nsplit;
+  float const *lse = p.partial_lse + row * ns;
+  float mx = NEG_INF;
+  for (int s = 0; s < ns; ++s)
+    mx = fmaxf(mx, lse[s]);
+  float acc[4] = {0.f, 0.f, 0.f, 0.f}, wsum = 0.f;
+  for (int s = 0; s < ns; ++s)
+  {
+    float const ls = lse[s];
+    if (ls == NEG_INF)
+      continue;  // empty split: its O was never written
+    float const w = exp2f(ls - mx);
+    wsum += w;
+    PartialT const *src = static_cast<PartialT const *>(p.partial_o) + (row * ns + s) * 512 + c;
+    if constexpr (sizeof(PartialT) == 4)
+    {
+      float4 const v = *reinterpret_cast<float4 const *>(src);
+      acc[0] += w * v.x, acc[1] += w * v.y, acc[2] += w * v.z, acc[3] += w * v.w;
+    }
+    else
+    {
+      uint2 const raw = *reinterpret_cast<uint2 const *>(src);
+      float2 const a = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const *>(&raw.x));
+      float2 const bb = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const *>(&raw.y));
+      acc[0] += w * a.x, acc[1] += w * a.y, acc[2] += w * bb.x, acc[3] += w * bb.y;
+    }
+  }
+  float const inv = 1.f / wsum;  // 0 visible keys cannot happen (a node sees itself); 0/0 = NaN if it did
+  *reinterpret_cast<uint2 *>(orow) =
+      make_uint2(packBf16(acc[0] * inv, acc[1] * inv), packBf16(acc[2] * inv, acc[3] * inv));
+}
+
+cudaError_t prepareFlat();
+} // namespace Impl
+
+size_t verifyWorkspaceBytes(int64_t rows, int nsplit, bool partial_bf16)
+{
+  if (nsplit <= 1 || rows <= 0)
+    return 0;
+  size_t const r = static_cast<size_t>(rows) * static_cast<size_t>(nsplit);
+  size_t const o = r * 512 * (partial_bf16 ? 2 : 4);
+  return o + r * sizeof(float) + 256;  // + alignment slack for the lse array
+}
+
+size_t sm120SharedBytes() { return Impl::Sm120Config::SMEM_BYTES; }
+
+cudaError_t prepareVerifyKernels()
+{
+  static std::once_flag once;
+  static cudaError_t status = cudaSuccess;
+  std::call_once(once, [] {
+    int const bytes = Impl::Sm120Config::SMEM_BYTES;
+    status = cudaFuncSetAttribute(Impl::sm120Kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (status == cudaSuccess)
+      status = cudaFuncSetAttribute(Impl::sm120Kernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    bytes);
+    if (status == cudaSuccess)
+      status = Impl::prepareFlat();
+  });
+  return status;
+}
+
+char const *verifyParamsProblem(VerifyParams const &p)
+{
+  if (!p.kv_indptr || !p.qo_indptr || !p.q || !p.kv_pool || !p.out)
+    return "a required buffer (kv_indptr, qo_indptr, q, kv_pool, out) is null";
+  if (!p.kv_indices || !p.out_cache_loc)
+    return "kv_indices or out_cache_loc is null";
+  if (p.mask == MaskMode::kParents ? !p.tree_parent : (!p.custom_mask || !p.mask_indptr))
+    return "the mask layout's buffers (custom_mask + mask_indptr, or tree_parent) are null";
+  if (p.q_row_stride < 576 || p.kv_row_stride < 576 || p.out_row_stride < 512 || p.q_row_stride % 8 ||
+      p.kv_row_stride % 8 || p.out_row_stride % 8)
+    return "row strides must cover the row (576 / 576 / 512) and be multiples of 8 elements (16-byte rows)";
+  if (p.num_heads < 1)
+    return "num_heads must be >= 1";
+  if (p.batch_size < 0 || p.batch_size > p.max_batch || p.max_batch > 65535)
+    return "batch_size must be within [0, max_batch] and max_batch <= 65535";
+  if (p.max_tree < 0 || p.max_nodes < 0)
+    return "max_tree and max_nodes must be >= 0";
+  if (p.max_tree > MAX_TREE)
+    return "trees of more than 256 nodes are not served (shared-memory visibility sets)";
+  if (p.nsplit < 1 || p.nsplit > MAX_NSPLIT)
+    return "nsplit must be within [1, 256]";
+  if (p.nsplit > 1 && (!p.partial_o || !p.partial_lse))
+    return "nsplit > 1 needs the split workspace (partial_o, partial_lse)";
+  if (!(p.sm_scale > 0.f))
+    return "sm_scale must be > 0";
+  return nullptr;
+}
+
+cudaError_t launchVerifySm120(VerifyParams const &p, cudaStream_t stream)
+{
+  if (verifyParamsProblem(p))
+    return cudaErrorInvalidValue;
+  if (p.max_batch == 0 || p.max_tree == 0 || p.max_nodes == 0)
+    return cudaSuccess;
+  using Cfg = Impl::Sm120Config;
+  int64_t const m_tiles = (static_cast<int64_t>(p.max_tree) * p.num_heads + Cfg::M_TILE - 1) / Cfg::M_TILE;
+  int64_t const gx = m_tiles * (p.nsplit);
+  if (gx > 0x7fffffff)
+    return cudaErrorInvalidConfiguration;
+  dim3 const grid(static_cast<unsigned>(gx), static_cast<unsigned>(p.max_batch));
+  if (p.partial_bf16)
+    Impl::sm120Kernel<__nv_bfloat16>
+        <<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p, static_cast<int>(m_tiles));
+  else
+    Impl::sm120Kernel<float><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p, static_cast<int>(m_tiles));
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess || p.nsplit == 1)
+    return e;
+  int64_t const rows = p.max_nodes * p.num_heads;
+  if (p.partial_bf16)
+    Impl::combineKernel<__nv_bfloat16><<<static_cast<unsigned>(rows), 128, 0, stream>>>(p);
+  else
+    Impl::combineKernel<float><<<static_cast<unsigned>(rows), 128, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+} // namespace canopy::cuda
