@@ -15,7 +15,8 @@ struct TraceReadOptions
 {
   /// Parse the file with HDF5 in a forked child process (see canopy_TraceIsolation.hpp): libhdf5
   /// can crash on corrupt metadata, and a crash must become an InputError, not take the caller down.
-  /// Costs a fork and one pipe copy of the columns (~10% of a read); turn off only for trusted files.
+  /// Costs a fork and one pipe copy of the columns: measured 1.64 s vs 1.00 s in-process for a
+  /// 2000-step, 32.6M-prefix-token trace (benchTraceReader). Turn off only for trusted files.
   bool isolate = true;
 };
 

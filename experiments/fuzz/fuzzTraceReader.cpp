@@ -1,0 +1,161 @@
+/// \file fuzzTraceReader.cpp
+/// \brief libFuzzer target for the trace reader (built and run by scripts/fuzz-trace). Two modes,
+/// chosen by the first input byte:
+///  - structured (most inputs): the bytes describe small trace columns (mostly plausible, with
+///    targeted corruptions of offsets, trees, slots, ids, accepted and values), written as a
+///    well-formed HDF5 image and read in-process, so every validation path of ours runs under the
+///    sanitizers without libhdf5 ever seeing corrupt metadata;
+///  - raw (first byte 0): the rest is an arbitrary HDF5 file image, read through the isolated
+///    reader (libhdf5 1.10 can crash on corrupt metadata; the child process absorbs that).
+/// The contract checked: the reader returns a valid trace or throws InputError, nothing else; a
+/// trace it accepts serves every step in every mask layout as metadata that validateMetadata accepts.
+#include "canopy_Error.hpp"
+#include "canopy_TraceReader.hpp"
+#include "canopy_TraceStats.hpp"
+#include "canopy_TraceWriter.hpp"
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+namespace
+{
+using namespace canopy;
+
+/// Reads small numbers from the fuzz input; zeros once it runs out.
+class Bytes
+{
+public:
+  Bytes(uint8_t const *data, size_t size) : _data(data), _size(size) {}
+  uint8_t next() { return _pos < _size ? _data[_pos++] : 0; }
+  int64_t below(int64_t n) { return n <= 0 ? 0 : static_cast<int64_t>(next()) % n; }
+  bool chance(int in256) { return next() < in256; }
+
+private:
+  uint8_t const *_data;
+  size_t _size;
+  size_t _pos = 0;
+};
+
+TraceColumns decodeColumns(Bytes &in)
+{
+  TraceColumns c;
+  c.source = "fuzz";
+  c.created = "2025-01-01T00:00:00Z";
+  c.shape.num_heads = 1 + static_cast<int>(in.below(3));
+  c.num_slots = in.below(72);
+  int64_t const steps = in.below(5);
+  int64_t next_id = 0;
+  bool const with_accepted = in.chance(200);
+  for (int64_t s = 0; s < steps; ++s)
+  {
+    int64_t const batch = in.below(4);
+    for (int64_t b = 0; b < batch; ++b)
+    {
+      c.request_id.push_back(in.chance(230) ? next_id++ : in.below(3));
+      int64_t const P = in.below(7), T = in.chance(240) ? 1 + in.below(5) : 0;
+      c.prefix_len.push_back(static_cast<int32_t>(P));
+      for (int64_t k = 0; k < P; ++k)
+        c.kv_indices.push_back(in.chance(240) ? in.below(c.num_slots + 1) : in.below(8) - 4);
+      c.kv_offset.push_back(static_cast<int64_t>(c.kv_indices.size()));
+      for (int64_t i = 0; i < T; ++i)
+      {
+        int32_t p = i == 0 ? -1 : static_cast<int32_t>(in.below(i));
+        if (in.chance(12))
+          p = static_cast<int32_t>(in.below(9)) - 3;
+        c.parent.push_back(p);
+        c.out_cache_loc.push_back(in.chance(240) ? in.below(c.num_slots + 1) : in.below(8) - 4);
+      }
+      c.tree_offset.push_back(static_cast<int64_t>(c.parent.size()));
+      if (with_accepted)
+        c.accepted.push_back(static_cast<int32_t>(in.chance(240) ? 1 + in.below(std::max<int64_t>(T, 1)) : in.below(9) - 2));
+    }
+    c.endStep();
+  }
+  // Targeted corruptions of the offset arrays and lengths.
+  auto poke = [&](std::vector<int64_t> &v) {
+    if (!v.empty() && in.chance(16))
+      v[static_cast<size_t>(in.below(static_cast<int64_t>(v.size())))] += in.below(5) - 2;
+  };
+  poke(c.request_offset);
+  poke(c.tree_offset);
+  poke(c.kv_offset);
+  if (in.chance(8) && !c.prefix_len.empty())
+    c.prefix_len[static_cast<size_t>(in.below(static_cast<int64_t>(c.prefix_len.size())))] += 1;
+  if (in.chance(8) && !c.out_cache_loc.empty())
+    c.out_cache_loc.pop_back();
+  if (in.chance(40) && c.numNodes() <= 24)
+  {
+    c.has_values = true;
+    int64_t const H = c.shape.num_heads;
+    int64_t const nq = c.numNodes() * H * D_QK + (in.chance(16) ? D_QK : 0);
+    c.q.assign(static_cast<size_t>(std::max<int64_t>(nq, 0)), 0x3f80);  // 1.0
+    c.kv.assign(static_cast<size_t>(c.num_slots * D_QK), 0xbf00);       // -0.5
+    if (in.chance(160))
+      c.out.assign(static_cast<size_t>(c.numNodes() * H * D_V), 0x3f00);
+    if (!c.kv.empty() && in.chance(16))
+      c.kv[static_cast<size_t>(in.below(static_cast<int64_t>(c.kv.size())))] = 0x7fc0;  // NaN
+  }
+  return c;
+}
+
+/// What an accepted trace promises: every step, every layout, valid SGLang buffers.
+void exerciseAccepted(TraceReader const &r)
+{
+  for (int64_t s = 0; s < r.numSteps(); ++s)
+    for (MaskLayout layout : {MaskLayout::kFull, MaskLayout::kTree, MaskLayout::kParents})
+      validateMetadata(r.stepMetadata(s, layout), r.info().num_slots);
+  formatTraceStats(r.info(), computeTraceStats(r.columns()));
+}
+} // namespace
+
+namespace
+{
+[[noreturn]] void fail(char const *what, std::exception const &e)
+{
+  std::fprintf(stderr, "fuzzTraceReader: %s: %s\n", what, e.what());
+  std::abort();
+}
+
+std::unique_ptr<TraceReader> readInput(uint8_t const *data, size_t size)
+{
+  if (data[0] == 0)
+    return std::make_unique<TraceReader>(TraceReader::fromImage(data + 1, size - 1, "fuzz-raw"));
+  Bytes in(data + 1, size - 1);
+  TraceColumns const c = decodeColumns(in);
+  std::vector<unsigned char> const image = Impl::writeColumnsImage(c);
+  TraceReadOptions in_process;
+  in_process.isolate = false;
+  return std::make_unique<TraceReader>(TraceReader::fromImage(image.data(), image.size(), "fuzz-structured", in_process));
+}
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(uint8_t const *data, size_t size)
+{
+  if (size == 0)
+    return 0;
+  std::unique_ptr<TraceReader> reader;
+  try
+  {
+    reader = readInput(data, size);
+  }
+  catch (InputError const &)
+  {
+    return 0;  // the expected outcome for a bad trace
+  }
+  catch (std::exception const &e)
+  {
+    fail("reading threw something other than InputError", e);
+  }
+  try
+  {
+    exerciseAccepted(*reader);
+  }
+  catch (std::exception const &e)
+  {
+    fail("an accepted trace failed to serve its steps", e);
+  }
+  return 0;
+}
