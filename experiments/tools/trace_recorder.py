@@ -100,7 +100,7 @@ class TraceRecorder:
         self._cols = {k: [] for k in ("request_id", "prefix_len", "tree_size", "accepted", "parent",
                                       "out_cache_loc", "kv_indices", "q", "out")}
         self._rows = 0
-        self._accepted_recorded = None  # all rows or none
+        self._last_step = []            # (row in the caller's batch, row in the trace) of the last step
         self._values = None             # None until a step brings q
         self._pool = None               # captured rows of the KV pool, slot -> bf16 bits
         self._next_id = 0
@@ -116,7 +116,8 @@ class TraceRecorder:
         out_cache_loc [sum T]: as the attention backend holds them. The tree comes from ``parents``
         ([sum T], per-request parent index, -1 for the root) or from ``custom_mask`` (+ optional
         ``mask_indptr``; ``mask_layout`` "full" or "tree"). ``request_ids`` [B] are stable ids
-        across steps (default: fresh ids). ``accepted`` [B] counts accepted nodes incl. the root.
+        across steps (default: fresh ids). ``accepted`` [B] counts accepted nodes incl. the root
+        (or pass it later with ``set_accepted``; record it for every step or for none).
         For numerical replay pass ``q`` [sum T, H, 576], ``out`` [sum T, H, 512] and ``kv_pool``
         [num_slots, 576] (bf16); the rows this step reads are captured from the pool now, and a
         slot captured earlier with different contents is an error (record fewer steps). Rows with
@@ -153,12 +154,7 @@ class TraceRecorder:
             request_ids = np.arange(self._next_id, self._next_id + B)
             self._next_id += B
         request_ids = _as_numpy(request_ids, np.int64)
-        if accepted is not None:
-            accepted = _as_numpy(accepted, np.int32)
-        if self._accepted_recorded is None:
-            self._accepted_recorded = accepted is not None
-        elif self._accepted_recorded != (accepted is not None):
-            raise ValueError("accepted must be given for every step or for none")
+        accepted = _as_numpy(accepted, np.int32) if accepted is not None else np.full(B, -1, dtype=np.int32)
 
         with_values = q is not None
         if self._values is None:
@@ -173,9 +169,11 @@ class TraceRecorder:
             self._capture(_as_numpy(kv_pool).view(np.uint16).reshape(-1, D_QK), kv_indices[: kv_indptr[-1]],
                           out_cache_loc[: qo_indptr[-1]])
 
+        self._last_step = []
         for b in range(B):
             if tree[b] == 0 and skip_empty:
                 continue
+            self._last_step.append((b, len(self._cols["accepted"])))
             n0, n1 = qo_indptr[b], qo_indptr[b + 1]
             if len(per_req[b]) != tree[b]:
                 raise ValueError(f"request {b}: {len(per_req[b])} parents for {tree[b]} nodes")
@@ -186,14 +184,19 @@ class TraceRecorder:
             c["parent"].append(np.asarray(per_req[b], dtype=np.int32))
             c["out_cache_loc"].append(out_cache_loc[n0:n1])
             c["kv_indices"].append(kv_indices[kv_indptr[b] : kv_indptr[b + 1]])
-            if accepted is not None:
-                c["accepted"].append(accepted[b : b + 1])
+            c["accepted"].append(accepted[b : b + 1].copy())
             if with_values:
                 c["q"].append(q[n0:n1])
                 if out is not None:
                     c["out"].append(out[n0:n1])
             self._rows += 1
         self._request_offset.append(self._rows)
+
+    def set_accepted(self, accepted):
+        """Accepted lengths [B] (incl. the root) of the step added last, once verification is done."""
+        accepted = _as_numpy(accepted, np.int32)
+        for b, row in self._last_step:
+            self._cols["accepted"][row][0] = accepted[b]
 
     def _capture(self, pool, prefix_slots, tree_slots):
         if self._pool is None:
@@ -238,8 +241,11 @@ class TraceRecorder:
                 self._put(f, "requests/tree_offset", np.concatenate([[0], np.cumsum(tree_size)]).astype("<i8"))
                 self._put(f, "requests/kv_offset",
                           np.concatenate([[0], np.cumsum(prefix_len.astype(np.int64))]).astype("<i8"))
-                if self._accepted_recorded:
-                    self._put(f, "requests/accepted", cat("accepted", "<i4"))
+                accepted = cat("accepted", "<i4")
+                if (accepted >= 0).any():
+                    if (accepted < 0).any():
+                        raise ValueError("accepted was recorded for some steps only: give it for every step or none")
+                    self._put(f, "requests/accepted", accepted)
                 self._put(f, "tree/parent", cat("parent", "<i4"))
                 self._put(f, "tree/out_cache_loc", cat("out_cache_loc", "<i8"))
                 self._put(f, "tokens/kv_indices", cat("kv_indices", "<i8"))

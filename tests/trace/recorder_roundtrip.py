@@ -132,8 +132,13 @@ def main():
                 masks = [full_mask(np.array(r["parent"], dtype=np.int32), len(r["prefix_slots"]) if layout == "full" else 0)
                          for r in reqs]
                 mask = np.concatenate([m.reshape(-1) for m in masks])
-                rec.add_step(kv_indptr, kv_indices, qo_indptr, out_cache_loc, custom_mask=mask, mask_layout=layout,
-                             request_ids=ids, accepted=acc)
+                if how == 1:
+                    rec.add_step(kv_indptr, kv_indices, qo_indptr, out_cache_loc, custom_mask=mask, mask_layout=layout,
+                                 request_ids=ids, accepted=acc)
+                else:  # accepted lengths known only after verification
+                    rec.add_step(kv_indptr, kv_indices, qo_indptr, out_cache_loc, custom_mask=mask, mask_layout=layout,
+                                 request_ids=ids)
+                    rec.set_accepted(acc)
 
     # Trace 2: with values (q, out, and the pool rows each step reads).
     vsteps = make_steps(rng, 2, num_slots, padded=False)
