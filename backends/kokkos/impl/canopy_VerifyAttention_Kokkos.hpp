@@ -7,6 +7,7 @@
 #include "canopy_Bf16.hpp"
 #include "canopy_KokkosCompat.hpp"
 #include "canopy_VerifyArgs.hpp"
+#include "impl/canopy_FloatPack.hpp"
 
 #include <Kokkos_Core.hpp>
 
@@ -29,14 +30,14 @@ template <class ExecutionSpace,
           bool HOST = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename ExecutionSpace::memory_space>::accessible>
 struct VerifyTiles
 {
-  // Host cores (one team = one thread). Register blocks: 6 rows x 16 score columns is 12 fp32
-  // accumulator vectors of 8 lanes (AVX2 has 16 registers: 12 + 2 KV loads + 1 broadcast), and
-  // 6 rows x 32 output columns is 24 accumulators that GCC keeps as 12 + reloads; both measured
-  // fastest of {2..12} x {8, 16, 32} on a Zen 4 core with GCC 12 (-O3 -march=x86-64-v3).
+  // Host cores (one team = one thread). Register blocks of 6 rows x 16 columns: 12 accumulators
+  // of 8 lanes + 2 loads + 1 broadcast fill AVX2's 16 vector registers (measured: scores 110,
+  // values 90 GFLOP/s on a Zen 4 core, GCC 12, -march=x86-64-v3; 4 or 8 rows are slower).
   static constexpr int KV_TILE = 32;     ///< KV rows per tile: K 72 KiB + K^T 72 KiB fp32, L2-resident
+  static constexpr int PACK = 8;         ///< fp32 lanes of a FloatPack (256-bit)
   static constexpr int ROW_BLOCK = 6;
   static constexpr int SCORE_COLS = 16;
-  static constexpr int VALUE_COLS = 32;
+  static constexpr int VALUE_COLS = 16;
   static constexpr int COMBINE_COLS = 32;
   /// Row cap: H=8 x T=33 (264 rows) fits one tile, so one team reads each KV row once per split.
   /// Scratch at 384 rows: Q 864 KiB + O 768 KiB + scores 48 KiB + the KV tile 144 KiB = 1.8 MiB of
@@ -52,6 +53,7 @@ struct VerifyTiles<ExecutionSpace, false>
   // O 128 KiB + KV 72 KiB, so it lives in level 1 (global memory, cached); a level-0 variant would
   // keep Q as bf16. Correct on any Kokkos device; the tuned GPU path is the CUDA design.
   static constexpr int KV_TILE = 16;
+  static constexpr int PACK = 1;
   static constexpr int ROW_BLOCK = 2;
   static constexpr int SCORE_COLS = 4;
   static constexpr int VALUE_COLS = 8;
@@ -151,19 +153,25 @@ KOKKOS_INLINE_FUNCTION TileRefs carveTile(void *raw, int rows)
 
 /// \brief exp(x) for x <= 0 in plain float arithmetic, so the softmax loop vectorises (a libm expf
 /// call per score cost 15% of the kernel on the host at H=8, T=33). 2^(x log2 e) = 2^k 2^f with
-/// k = round(x log2 e), |f| <= 1/2, and 2^f by its degree-6 Taylor polynomial (relative error
-/// < 2e-7, below fp32 accumulation noise). exp(-inf) and anything below 2^-126 give exactly 0.
+/// k = round(x log2 e) taken from the mantissa of t + 1.5 * 2^23 (round to nearest, no compare
+/// or float->int conversion, which keep GCC from vectorising), |f| <= 1/2, and 2^f by its
+/// degree-6 Taylor polynomial. Measured relative error vs fp64 exp: 1.1e-6 on [-20, 0], 4e-6 on
+/// [-87, 0] (the fp32 rounding of x log2 e dominates), far below bf16's 2^-9 output rounding.
+/// exp(-inf) and anything below 2^-126 give exactly 0.
 KOKKOS_INLINE_FUNCTION float expNonPositive(float x)
 {
+  constexpr float ROUNDER = 12582912.f;  // 1.5 * 2^23
   float t = x * 1.44269504088896341f;
-  t = t < -127.f ? -127.f : t;
-  float const shifted = t + 0.5f;
-  float kf = static_cast<float>(static_cast<int>(shifted));
-  kf = kf > shifted ? kf - 1.f : kf;
+  t = t > -127.f ? t : -127.f;
+  float const r = t + ROUNDER;
+  float const kf = r - ROUNDER;
+  int32_t rbits;
+  memcpy(&rbits, &r, sizeof(rbits));
+  int32_t const k = rbits - 0x4B400000;  // round(t) as an integer, in [-127, 0]
   float const f = (t - kf) * 0.693147180559945309f;
   float const p =
       1.f + f * (1.f + f * (0.5f + f * (1.f / 6 + f * (1.f / 24 + f * (1.f / 120 + f * (1.f / 720))))));
-  int32_t const bits = (static_cast<int32_t>(kf) + 127) << 23;
+  int32_t const bits = (k + 127) << 23;
   float scale;
   memcpy(&scale, &bits, sizeof(scale));
   return scale * p;
@@ -171,45 +179,64 @@ KOKKOS_INLINE_FUNCTION float expNonPositive(float x)
 
 /// \brief s[r][c] = sum_d q[r][d] kt[d][c] for one ROWS x COLS register block (outer-product form:
 /// the vector lanes run over KV columns, so no horizontal sums).
-template <int ROWS, int COLS, int LDKT>
+template <int ROWS, int COLS, int PACK, int LDKT>
 KOKKOS_INLINE_FUNCTION void scoreBlock(float const *__restrict__ q, float const *__restrict__ kt, float *__restrict__ s)
 {
-  float acc[ROWS][COLS];
+  using Pack = FloatPack<PACK>;
+  constexpr int NP = COLS / PACK;
+  static_assert(COLS % PACK == 0, "a score block is whole packs");
+  Pack acc[ROWS][NP];
   for (int r = 0; r < ROWS; ++r)
-    for (int c = 0; c < COLS; ++c)
-      acc[r][c] = 0.f;
+    for (int j = 0; j < NP; ++j)
+      acc[r][j] = Pack::zero();
   for (int d = 0; d < D_QK; ++d)
+  {
+    Pack b[NP];
+    for (int j = 0; j < NP; ++j)
+      b[j] = Pack::load(kt + d * LDKT + j * PACK);
     for (int r = 0; r < ROWS; ++r)
     {
       float const qv = q[r * D_QK + d];
-      for (int c = 0; c < COLS; ++c)
-        acc[r][c] += qv * kt[d * LDKT + c];
+      for (int j = 0; j < NP; ++j)
+        acc[r][j].fma(qv, b[j]);
     }
+  }
   for (int r = 0; r < ROWS; ++r)
-    for (int c = 0; c < COLS; ++c)
-      s[r * LDKT + c] = acc[r][c];
+    for (int j = 0; j < NP; ++j)
+      acc[r][j].store(s + r * LDKT + j * PACK);
 }
 
 /// \brief o[r][c] = alpha[r] o[r][c] + sum_n p[r][n] v[n][c] for one ROWS x COLS block (V rows
 /// are the K rows of the tile, stride 576).
-template <int ROWS, int COLS, int N>
+template <int ROWS, int COLS, int PACK, int N>
 KOKKOS_INLINE_FUNCTION void valueBlock(float const *__restrict__ p, float const *__restrict__ alpha,
                                        float const *__restrict__ v, float *__restrict__ o)
 {
-  float acc[ROWS][COLS];
+  using Pack = FloatPack<PACK>;
+  constexpr int NP = COLS / PACK;
+  static_assert(COLS % PACK == 0, "a value block is whole packs");
+  Pack acc[ROWS][NP];
   for (int r = 0; r < ROWS; ++r)
-    for (int c = 0; c < COLS; ++c)
-      acc[r][c] = alpha[r] * o[r * D_V + c];
+    for (int j = 0; j < NP; ++j)
+    {
+      acc[r][j] = Pack::load(o + r * D_V + j * PACK);
+      acc[r][j].scale(alpha[r]);
+    }
   for (int n = 0; n < N; ++n)
+  {
+    Pack b[NP];
+    for (int j = 0; j < NP; ++j)
+      b[j] = Pack::load(v + n * D_QK + j * PACK);
     for (int r = 0; r < ROWS; ++r)
     {
       float const pv = p[r * N + n];
-      for (int c = 0; c < COLS; ++c)
-        acc[r][c] += pv * v[n * D_QK + c];
+      for (int j = 0; j < NP; ++j)
+        acc[r][j].fma(pv, b[j]);
     }
+  }
   for (int r = 0; r < ROWS; ++r)
-    for (int c = 0; c < COLS; ++c)
-      o[r * D_V + c] = acc[r][c];
+    for (int j = 0; j < NP; ++j)
+      acc[r][j].store(o + r * D_V + j * PACK);
 }
 
 /// \brief Tile products of the portable path: hand-written register blocks, one per team thread.
@@ -227,7 +254,7 @@ struct TeamTileProducts
     int const col_blocks = N / CB;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, (rows / RB) * col_blocks), [&](int blk) {
       int const r0 = (blk / col_blocks) * RB, c0 = (blk % col_blocks) * CB;
-      scoreBlock<RB, CB, N>(t.q + r0 * D_QK, t.kt + c0, t.s + r0 * N + c0);
+      scoreBlock<RB, CB, Tiles::PACK, N>(t.q + r0 * D_QK, t.kt + c0, t.s + r0 * N + c0);
     });
   }
 
@@ -240,7 +267,7 @@ struct TeamTileProducts
     int const col_blocks = D_V / CB;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, (rows / RB) * col_blocks), [&](int blk) {
       int const r0 = (blk / col_blocks) * RB, c0 = (blk % col_blocks) * CB;
-      valueBlock<RB, CB, N>(t.s + r0 * N, t.alpha + r0, t.k + c0, t.o + r0 * D_V + c0);
+      valueBlock<RB, CB, Tiles::PACK, N>(t.s + r0 * N, t.alpha + r0, t.k + c0, t.o + r0 * D_V + c0);
     });
   }
 };
@@ -424,21 +451,33 @@ struct VerifySplitKernel
 
   /// Online softmax over this tile: columns past nk and invisible tree columns get p = 0; alpha
   /// rescales what the row accumulated before. A row that sees nothing yet keeps m = -inf, l = 0.
+  /// The loops are elementwise (the max and the sum go through PACK partial lanes), so that they
+  /// vectorise without reassociating: a scalar exp per score was 15% of the kernel on the host.
   KOKKOS_INLINE_FUNCTION void softmaxUpdate(Member const &member, TileRefs const &t, int rows, int rows_pad, int nk,
                                             bool tree, int nh) const
   {
+    constexpr int W = Tiles::PACK;
+    static_assert(N % W == 0, "the KV tile is whole packs");
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows_pad), [&](int r) {
       float *s = t.s + r * N;
       // Padding rows (r >= rows) see nothing: they stay at p = 0 and are never written out.
       int const valid = r < rows ? nk : 0;
       uint8_t const *vis = t.vis + (r < rows ? r / nh : 0) * N;
+      float lane[W];
+      for (int j = 0; j < W; ++j)
+        lane[j] = NEG_INF;
+      for (int c0 = 0; c0 < N; c0 += W)
+        for (int j = 0; j < W; ++j)
+        {
+          int const c = c0 + j;
+          bool const ok = c < valid && (!tree || vis[c] != 0);
+          float const x = ok ? s[c] : NEG_INF;
+          s[c] = x;
+          lane[j] = x > lane[j] ? x : lane[j];
+        }
       float tile_max = NEG_INF;
-      for (int c = 0; c < N; ++c)
-      {
-        bool const ok = c < valid && (!tree || vis[c] != 0);
-        s[c] = ok ? s[c] : NEG_INF;
-        tile_max = s[c] > tile_max ? s[c] : tile_max;
-      }
+      for (int j = 0; j < W; ++j)
+        tile_max = lane[j] > tile_max ? lane[j] : tile_max;
       float const m_old = t.m[r];
       float const m_new = tile_max > m_old ? tile_max : m_old;
       if (m_new == NEG_INF)
@@ -448,13 +487,16 @@ struct VerifySplitKernel
         t.alpha[r] = 1.f;
         return;
       }
-      float sum = 0.f;
       for (int c = 0; c < N; ++c)
-      {
-        float const p = expNonPositive(s[c] - m_new);
-        s[c] = p;
-        sum += p;
-      }
+        s[c] = expNonPositive(s[c] - m_new);
+      for (int j = 0; j < W; ++j)
+        lane[j] = 0.f;
+      for (int c0 = 0; c0 < N; c0 += W)
+        for (int j = 0; j < W; ++j)
+          lane[j] += s[c0 + j];
+      float sum = 0.f;
+      for (int j = 0; j < W; ++j)
+        sum += lane[j];
       float const alpha = expNonPositive(m_old - m_new);
       t.alpha[r] = alpha;
       t.l[r] = t.l[r] * alpha + sum;
@@ -484,7 +526,9 @@ struct VerifySplitKernel
 };
 
 /// \brief Merges the partials of each (node, head): out = sum_s w_s o_s / sum_s w_s with
-/// w_s = exp(lse_s - max lse). One team per node row of the plan bound; rows past sum T return.
+/// w_s = exp(lse_s - max lse). One team per node row of the plan bound; rows past sum T return, and
+/// so do rows of requests the split kernel did not cover (b >= max_batch: a batch beyond its plan),
+/// which keep whatever the output held instead of being filled from an unwritten workspace.
 template <class ExecutionSpace>
 struct VerifyCombineKernel
 {
@@ -496,6 +540,7 @@ struct VerifyCombineKernel
   Kokkos::View<float *, MemorySpace> ws_out, ws_lse;
   int64_t node_capacity;
   int partials;
+  int max_batch;
 
   static size_t scratchBytes(int num_heads, int num_partials)
   {
@@ -506,6 +551,18 @@ struct VerifyCombineKernel
   {
     int64_t const row = member.league_rank();
     if (row >= a.qo_indptr(a.batch_size))
+      return;
+    // The request of this row: qo_indptr(b) <= row < qo_indptr(b + 1), by bisection.
+    int lo = 0, hi = a.batch_size;
+    while (hi - lo > 1)
+    {
+      int const mid = (lo + hi) / 2;
+      if (a.qo_indptr(mid) <= row)
+        lo = mid;
+      else
+        hi = mid;
+    }
+    if (lo >= max_batch)
       return;
     int const H = a.num_heads;
     float *w = static_cast<float *>(member.team_scratch(0).get_shmem(scratchBytes(H, partials)));
@@ -580,7 +637,7 @@ void verifyAttentionTeams(ExecutionSpace const &space, VerifyArgs<typename Execu
   size_t const cbytes = VerifyCombineKernel<ExecutionSpace>::scratchBytes(plan.num_heads, plan.numPartials());
   Policy combine_policy(space, static_cast<int>(plan.max_nodes), Tiles::TEAM_SIZE);
   VerifyCombineKernel<ExecutionSpace> combine{args, ws.partial_out, ws.partial_lse, ws.node_capacity,
-                                              plan.numPartials()};
+                                              plan.numPartials(), plan.max_batch};
   Kokkos::parallel_for("canopy::verifyAttention::combine", combine_policy.set_scratch_size(0, Kokkos::PerTeam(cbytes)),
                        combine);
 }

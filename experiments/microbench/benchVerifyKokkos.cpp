@@ -1,0 +1,305 @@
+/// \file benchVerifyKokkos.cpp
+/// \brief Google Benchmark of the fp64 reference, kokkos-team and kokkos-kk over verify shapes:
+/// manual time with fences around run(), FLOP/s and bytes/s from the cost model, and a summary of
+/// speedups against the reference measured in the same run. `--smoke`: tiny shapes only (ctest).
+#include "canopy_BatchStorage.hpp"
+#include "canopy_Config.hpp"
+#include "canopy_CostModel.hpp"
+#include "canopy_Generator.hpp"
+#include "canopy_KokkosCompat.hpp"
+#include "canopy_Reference.hpp"
+#include "canopy_Registry.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <benchmark/benchmark.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace
+{
+using namespace canopy;
+using Clock = std::chrono::steady_clock;
+
+struct Shape
+{
+  int batch, heads, tree;
+  int64_t prefix;
+  MaskLayout mask;
+
+  std::string key() const
+  {
+    return "B:" + std::to_string(batch) + "/H:" + std::to_string(heads) + "/T:" + std::to_string(tree) +
+           "/P:" + std::to_string(prefix) + "/mask:" + toString(mask);
+  }
+};
+
+struct Spec
+{
+  std::string design;
+  Shape shape;
+  int nsplit;
+};
+
+HostProblem makeProblem(Shape const &s)
+{
+  GeneratorOptions g;
+  g.batch = s.batch;
+  g.num_heads = s.heads;
+  g.tree_size = s.tree;
+  g.prefix_len = s.prefix;
+  g.mask_layout = s.mask;
+  g.seed = 20240917;
+  return generateProblem(g);
+}
+
+/// One problem and its fp64 output per shape, shared by the designs (the reference output costs
+/// as much as one reference run).
+struct Fixture
+{
+  HostProblem problem;
+  std::vector<double> reference;
+};
+Fixture const &fixture(Shape const &s)
+{
+  static std::map<std::string, std::unique_ptr<Fixture>> cache;
+  auto &f = cache[s.key()];
+  if (!f)
+  {
+    f = std::make_unique<Fixture>();
+    f->problem = makeProblem(s);
+    f->reference = referenceAttention(f->problem);
+  }
+  return *f;
+}
+
+void BM_verify(benchmark::State &state, Spec const &spec)
+{
+  Fixture const &fx = fixture(spec.shape);
+  DesignPtr design = makeDesign(spec.design);
+  DesignOptions options;
+  options.nsplit = spec.nsplit;
+  design->plan(boundsOf(fx.problem), options);
+  auto storage = makeBatchStorage(design->memory(), BatchCapacity::of(fx.problem));
+  storage->upload(fx.problem);
+  storage->poisonOutput();
+  storage->sync();
+  // One untimed run that must match the reference: a wrong kernel never reports a speed.
+  design->run(storage->ref(), storage->context());
+  std::vector<uint16_t> const out = storage->downloadOutput();
+  ErrorStats const err = compareToReference(fx.reference, out.data(), out.size());
+  if (!err.pass)
+  {
+    state.SkipWithError(("output does not match the reference: rel L2 " + std::to_string(err.rel_l2) + ", " +
+                         std::to_string(err.num_bad) + " bad elements")
+                            .c_str());
+    return;
+  }
+  for (auto _ : state)
+  {
+    storage->sync();
+    auto const t0 = Clock::now();
+    design->run(storage->ref(), storage->context());
+    storage->sync();
+    state.SetIterationTime(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  Cost const cost = costOf(fx.problem.meta, fx.problem.shape.num_heads);
+  state.counters["FLOP/s"] = benchmark::Counter(cost.flops, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["bytes/s"] = benchmark::Counter(cost.bytes_min, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["rel_l2"] = err.rel_l2;
+  state.SetLabel(design->path());
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+/// The core's fp32 FMA throughput: 12 independent chains of 8-lane FMAs (more than the FMA
+/// latency x pipes, so the loop is throughput-bound). This is the peak the kernels are rated
+/// against; it needs AVX2 + FMA, as the designs are built with.
+__attribute__((target("avx2,fma"), noinline)) double fmaPeakProbe(int64_t iterations)
+{
+  typedef float v8 __attribute__((vector_size(32)));
+  v8 acc[12];
+  for (int i = 0; i < 12; ++i)
+    acc[i] = v8{} + 1.0f + static_cast<float>(i) * 1e-7f;
+  v8 const b = v8{} + 0.9999999f, c = v8{} + 1e-7f;
+  for (int64_t k = 0; k < iterations; ++k)
+    for (int i = 0; i < 12; ++i)
+    {
+      acc[i] = acc[i] * b + c;
+      __asm__ volatile("" : "+x"(acc[i]));  // keeps every chain live in its register
+    }
+  float sum = 0;
+  for (int i = 0; i < 12; ++i)
+    sum += acc[i][0];
+  return sum;
+}
+
+void BM_fmaPeak(benchmark::State &state)
+{
+  int64_t iterations = 1 << 20;
+  for (auto _ : state)
+  {
+    benchmark::DoNotOptimize(iterations);  // an opaque count: the call cannot be hoisted
+    benchmark::DoNotOptimize(fmaPeakProbe(iterations));
+  }
+  state.counters["FLOP/s"] =
+      benchmark::Counter(static_cast<double>(iterations) * 12 * 8 * 2, benchmark::Counter::kIsIterationInvariantRate);
+}
+#endif
+
+std::string runCommand(std::string const &cmd)
+{
+  std::array<char, 256> buf{};
+  std::string out;
+  if (FILE *f = ::popen(cmd.c_str(), "r"))
+  {
+    while (std::fgets(buf.data(), buf.size(), f))
+      out += buf.data();
+    ::pclose(f);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' '))
+    out.pop_back();
+  return out;
+}
+
+/// Commit of the source tree this benchmark was built from (+ "-dirty"), "unknown" elsewhere.
+std::string gitHash()
+{
+  std::string dir = __FILE__;
+  dir = dir.substr(0, dir.find_last_of('/'));
+  std::string h = runCommand("git -C '" + dir + "' rev-parse --short=12 HEAD 2>/dev/null");
+  if (h.empty())
+    return "unknown";
+  if (!runCommand("git -C '" + dir + "' status --porcelain --untracked-files=no 2>/dev/null").empty())
+    h += "-dirty";
+  return h;
+}
+
+std::string kokkosConfiguration()
+{
+  std::ostringstream os;
+  Kokkos::print_configuration(os, false);
+  std::string s = os.str(), out;
+  for (char ch : s)
+    out += ch == '\n' ? std::string("; ") : std::string(1, ch);
+  return out;
+}
+
+/// Console output plus, at the end, each design's time against the reference at the same shape.
+class SummaryReporter : public benchmark::ConsoleReporter
+{
+public:
+  void ReportRuns(std::vector<Run> const &runs) override
+  {
+    for (auto const &r : runs)
+      if (r.run_type == Run::RT_Iteration && r.iterations > 0 && r.real_accumulated_time > 0)
+        _seconds[r.run_name.function_name] = r.real_accumulated_time / static_cast<double>(r.iterations);
+    ConsoleReporter::ReportRuns(runs);
+  }
+
+  void printSummary(std::vector<Spec> const &specs) const
+  {
+    std::printf("\nTime per run and speedup over the fp64 reference (same shape, same run):\n");
+    std::printf("| %-46s | %-11s | %6s | %10s | %8s |\n", "shape", "design", "nsplit", "ms", "x ref");
+    std::printf("|%s|%s|%s|%s|%s|\n", std::string(48, '-').c_str(), std::string(13, '-').c_str(),
+                std::string(8, '-').c_str(), std::string(12, '-').c_str(), std::string(10, '-').c_str());
+    for (auto const &s : specs)
+    {
+      auto it = _seconds.find(name(s));
+      if (it == _seconds.end())
+        continue;
+      auto ref = _seconds.find(name({"reference", s.shape, 1}));
+      double const x = ref == _seconds.end() ? 0 : ref->second / it->second;
+      std::printf("| %-46s | %-11s | %6d | %10.3f | %8.1f |\n", s.shape.key().c_str(), s.design.c_str(), s.nsplit,
+                  it->second * 1e3, x);
+    }
+  }
+
+  static std::string name(Spec const &s)
+  {
+    return "BM_verify/" + s.design + "/" + s.shape.key() +
+           (s.design == "reference" ? "" : "/nsplit:" + std::to_string(s.nsplit));
+  }
+
+private:
+  std::map<std::string, double> _seconds;
+};
+
+std::vector<Spec> makeSpecs(bool smoke)
+{
+  std::vector<std::string> designs;
+  for (auto const &n : designNames())
+    if (n == "reference" || n.rfind("kokkos-", 0) == 0)
+      designs.push_back(n);
+  std::vector<Shape> shapes;
+  std::vector<int> nsplits;
+  if (smoke)
+  {
+    shapes = {{2, 2, 5, 40, MaskLayout::kFull}, {1, 2, 9, 0, MaskLayout::kParents}};
+    nsplits = {4};
+  }
+  else
+  {
+    shapes = {{1, 8, 33, 4096, MaskLayout::kFull},    {1, 8, 33, 4096, MaskLayout::kParents},
+              {1, 8, 33, 1024, MaskLayout::kFull},    {4, 8, 33, 1024, MaskLayout::kTree},
+              {1, 8, 65, 2048, MaskLayout::kParents}, {1, 16, 17, 2048, MaskLayout::kFull}};
+    nsplits = {1, 16};
+  }
+  std::vector<Spec> specs;
+  for (auto const &shape : shapes)
+    for (auto const &d : designs)
+      if (d == "reference")
+        specs.push_back({d, shape, 1});
+      else
+        for (int ns : nsplits)
+          specs.push_back({d, shape, ns});
+  return specs;
+}
+} // namespace
+
+int main(int argc, char **argv)
+{
+  bool smoke = false;
+  std::vector<char *> args;
+  for (int i = 0; i < argc; ++i)
+    if (std::strcmp(argv[i], "--smoke") == 0)
+      smoke = true;
+    else
+      args.push_back(argv[i]);
+  int n = static_cast<int>(args.size());
+  Kokkos::ScopeGuard guard(n, args.data());
+  benchmark::Initialize(&n, args.data());
+  if (benchmark::ReportUnrecognizedArguments(n, args.data()))
+    return 2;
+
+  benchmark::AddCustomContext("git", gitHash());
+  benchmark::AddCustomContext("canopy_version", CANOPY_VERSION);
+  benchmark::AddCustomContext("kokkos_version", Compat::kokkosVersion());
+  benchmark::AddCustomContext("kokkos_origin", CANOPY_KOKKOS_ORIGIN);
+  benchmark::AddCustomContext("kokkos_default_space", Kokkos::DefaultExecutionSpace::name());
+  benchmark::AddCustomContext("kokkos_configuration", kokkosConfiguration());
+
+  std::vector<Spec> const specs = makeSpecs(smoke);
+#if defined(__GNUC__) && defined(__x86_64__)
+  benchmark::RegisterBenchmark("BM_fmaPeak", BM_fmaPeak)->Unit(benchmark::kMillisecond);
+#endif
+  for (auto const &s : specs)
+  {
+    auto *b = benchmark::RegisterBenchmark(SummaryReporter::name(s).c_str(), BM_verify, s);
+    b->UseManualTime()->Unit(benchmark::kMillisecond);
+    // The reference takes about a second at the large shapes: a few runs are enough for a ratio.
+    if (s.design == "reference" && !smoke)
+      b->Iterations(2);
+  }
+  SummaryReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  reporter.printSummary(specs);
+  benchmark::Shutdown();
+  return 0;
+}

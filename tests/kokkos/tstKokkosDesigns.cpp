@@ -1,0 +1,186 @@
+/// \file tstKokkosDesigns.cpp
+/// \brief The registered designs `kokkos-team` and `kokkos-kk` through the registry and
+/// checkDesign: every workspace strategy and mask layout against the fp64 reference, one plan
+/// serving several steps of a bucket, the path they report, and bad use refused with InputError.
+#include "canopy_BatchStorage.hpp"
+#include "canopy_Config.hpp"
+#include "canopy_Generator.hpp"
+#include "canopy_Reference.hpp"
+#include "canopy_Registry.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace
+{
+using namespace canopy;
+
+std::vector<std::string> kokkosDesigns()
+{
+  std::vector<std::string> d{"kokkos-team"};
+#ifdef CANOPY_HAVE_KOKKOSKERNELS
+  d.push_back("kokkos-kk");
+#endif
+  return d;
+}
+
+HostProblem problemOf(int batch, int heads, int tree, int64_t prefix, MaskLayout mask, uint64_t seed, bool ragged,
+                      int padded)
+{
+  GeneratorOptions g;
+  g.batch = batch;
+  g.num_heads = heads;
+  g.tree_size = tree;
+  g.prefix_len = prefix;
+  g.mask_layout = mask;
+  g.seed = seed;
+  g.ragged = ragged;
+  g.padded_rows = padded;
+  return generateProblem(g);
+}
+
+TEST(KokkosDesigns, registeredWithKokkosMemory)
+{
+  auto const names = designNames();
+  for (auto const &n : kokkosDesigns())
+  {
+    EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
+    DesignPtr d = makeDesign(n);
+    EXPECT_EQ(d->name(), n);
+    EXPECT_EQ(d->memory(), MemoryKind::kKokkos);
+    EXPECT_FALSE(designSummary(n).empty());
+  }
+}
+
+TEST(KokkosDesigns, passCheckDesignForEveryStrategyAndLayout)
+{
+  WorkspaceStrategy const strategies[] = {WorkspaceStrategy::kPersistent, WorkspaceStrategy::kPerCall,
+                                          WorkspaceStrategy::kGrow};
+  MaskLayout const layouts[] = {MaskLayout::kFull, MaskLayout::kTree, MaskLayout::kParents};
+  uint64_t seed = 100;
+  for (auto const &name : kokkosDesigns())
+    for (WorkspaceStrategy ws : strategies)
+      for (MaskLayout m : layouts)
+      {
+        HostProblem const p = problemOf(3, 3, 19, 80, m, ++seed, /*ragged=*/true, /*padded=*/1);
+        DesignOptions o;
+        o.nsplit = 4;
+        o.workspace = ws;
+        o.strict = true;
+        DesignPtr d = makeDesign(name);
+        CheckResult const r = checkDesign(*d, p, o, referenceAttention(p));
+        SCOPED_TRACE(name + " " + toString(ws) + " " + toString(m) + " seed " + std::to_string(seed));
+        EXPECT_TRUE(r.error.pass) << "rel_l2 " << r.error.rel_l2 << ", bad " << r.error.num_bad;
+        EXPECT_EQ(r.path, name);
+      }
+}
+
+TEST(KokkosDesigns, workspaceStrategiesHoldWhatTheySay)
+{
+  HostProblem const p = problemOf(2, 2, 9, 40, MaskLayout::kFull, 7, false, 0);
+  std::vector<double> const ref = referenceAttention(p);
+  for (auto const &name : kokkosDesigns())
+  {
+    DesignOptions o;
+    o.nsplit = 4;
+    DesignPtr d = makeDesign(name);
+    o.workspace = WorkspaceStrategy::kPersistent;
+    d->plan(boundsOf(p), o);
+    size_t const persistent = d->workspaceBytes();
+    EXPECT_GE(persistent, static_cast<size_t>(5 * p.meta.numNodes() * 2 * (D_V + 1) * sizeof(float)));
+
+    o.workspace = WorkspaceStrategy::kPerCall;
+    EXPECT_TRUE(checkDesign(*d, p, o, ref).error.pass);
+    EXPECT_EQ(d->workspaceBytes(), 0u) << "per-call holds nothing between runs";
+
+    o.workspace = WorkspaceStrategy::kGrow;
+    d->plan(boundsOf(p), o);
+    EXPECT_EQ(d->workspaceBytes(), 0u) << "grow starts empty";
+    EXPECT_TRUE(checkDesign(*d, p, o, ref).error.pass);
+    EXPECT_GT(d->workspaceBytes(), 0u) << "and grows in the first run";
+  }
+}
+
+// One plan for a bucket, several steps run through it (what replay does): grid sizes come from the
+// bounds, the steps' sizes from the metadata.
+TEST(KokkosDesigns, onePlanServesEveryStepOfABucket)
+{
+  std::vector<HostProblem> steps;
+  steps.push_back(problemOf(2, 4, 17, 120, MaskLayout::kParents, 31, true, 2));
+  steps.push_back(problemOf(4, 4, 9, 60, MaskLayout::kParents, 32, true, 0));
+  steps.push_back(problemOf(1, 4, 17, 0, MaskLayout::kParents, 33, false, 3));
+  PlanBounds bounds{0, 0, 0, 0, 4, MaskLayout::kParents};
+  BatchCapacity cap;
+  for (auto const &s : steps)
+  {
+    PlanBounds const b = boundsOf(s);
+    bounds.max_batch = std::max(bounds.max_batch, b.max_batch);
+    bounds.max_tree = std::max(bounds.max_tree, b.max_tree);
+    bounds.max_prefix = std::max(bounds.max_prefix, b.max_prefix);
+    bounds.max_nodes = std::max(bounds.max_nodes, b.max_nodes);
+    BatchCapacity const c = BatchCapacity::of(s);
+    cap.max_batch = std::max(cap.max_batch, c.max_batch);
+    cap.max_nodes = std::max(cap.max_nodes, c.max_nodes);
+    cap.max_prefix_tokens = std::max(cap.max_prefix_tokens, c.max_prefix_tokens);
+    cap.max_mask_bytes = std::max(cap.max_mask_bytes, c.max_mask_bytes);
+    cap.num_slots = std::max(cap.num_slots, c.num_slots);
+    cap.num_heads = 4;
+  }
+  for (auto const &name : kokkosDesigns())
+    for (WorkspaceStrategy ws : {WorkspaceStrategy::kPersistent, WorkspaceStrategy::kGrow})
+    {
+      DesignPtr d = makeDesign(name);
+      DesignOptions o;
+      o.nsplit = 16;
+      o.workspace = ws;
+      d->plan(bounds, o);
+      auto storage = makeBatchStorage(d->memory(), cap);
+      for (size_t i = 0; i < steps.size(); ++i)
+      {
+        SCOPED_TRACE(name + " " + toString(ws) + " step " + std::to_string(i));
+        storage->upload(steps[i]);
+        storage->poisonOutput();
+        storage->sync();
+        d->run(storage->ref(), storage->context());
+        std::vector<uint16_t> const out = storage->downloadOutput();
+        ErrorStats const e = compareToReference(referenceAttention(steps[i]), out.data(), out.size());
+        EXPECT_TRUE(e.pass) << "rel_l2 " << e.rel_l2 << ", bad " << e.num_bad;
+      }
+    }
+}
+
+TEST(KokkosDesigns, badUseIsAnInputError)
+{
+  HostProblem const p = problemOf(3, 2, 9, 30, MaskLayout::kTree, 41, false, 0);
+  for (auto const &name : kokkosDesigns())
+  {
+    DesignPtr d = makeDesign(name);
+    auto storage = makeBatchStorage(d->memory(), BatchCapacity::of(p));
+    storage->upload(p);
+    EXPECT_THROW(d->run(storage->ref(), storage->context()), InputError) << "run before plan";
+
+    DesignOptions o;
+    o.nsplit = 0;
+    EXPECT_THROW(d->plan(boundsOf(p), o), InputError) << "nsplit 0";
+
+    o.nsplit = 4;
+    PlanBounds small = boundsOf(p);
+    small.max_batch = 2;
+    d->plan(small, o);
+    EXPECT_THROW(d->run(storage->ref(), storage->context()), InputError) << "batch beyond the plan";
+
+    PlanBounds heads = boundsOf(p);
+    heads.num_heads = 3;
+    d->plan(heads, o);
+    EXPECT_THROW(d->run(storage->ref(), storage->context()), InputError) << "heads differ from the plan";
+
+    PlanBounds nodes = boundsOf(p);
+    nodes.max_nodes = p.meta.numNodes() - 1;
+    d->plan(nodes, o);
+    EXPECT_THROW(d->run(storage->ref(), storage->context()), InputError) << "more nodes than planned";
+  }
+}
+} // namespace

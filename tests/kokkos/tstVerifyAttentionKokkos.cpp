@@ -1,0 +1,334 @@
+/// \file tstVerifyAttentionKokkos.cpp
+/// \brief The portable kernels (kokkos-team, kokkos-kk tile products), called directly on a
+/// VerifyBatch of each enabled execution space, against the fp64 reference: random shapes with
+/// fresh seeds, empty and short prefixes, T = 1 and 65, ragged batches with padded rows, every mask
+/// layout, NSPLIT 1/4/16, fragmented slots, several row tiles; outputs poisoned before each run.
+#include "canopy_BatchStorage.hpp"
+#include "canopy_Generator.hpp"
+#include "canopy_Reference.hpp"
+#include "canopy_TestSpaces.hpp"
+#include "canopy_VerifyAttention_spec.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+namespace
+{
+using namespace canopy;
+
+constexpr MaskLayout ALL_LAYOUTS[] = {MaskLayout::kFull, MaskLayout::kTree, MaskLayout::kParents};
+
+/// A flavour nothing specialises: asking for it must fall back (and say so), or throw when strict.
+struct UncompiledTiles
+{
+  static constexpr char const *name() { return "test-uncompiled"; }
+};
+
+struct RunResult
+{
+  ErrorStats error;
+  VerifyPath path;
+  std::vector<uint16_t> out;
+  int64_t written_outside = 0;  ///< elements past the used rows that lost their poison
+};
+
+struct RunOptions
+{
+  int nsplit = 4;
+  Algo algo = Algo::Auto;
+  int max_rows = 0;         ///< row cap per tile (0: the space's default)
+  int64_t extra_nodes = 0;  ///< bucket capacity beyond the problem's rows (must stay poisoned)
+  bool strict = false;
+};
+
+/// Upload, poison, plan from the problem's bounds, run, and compare every used element with the
+/// fp64 reference; rows past the used ones must still hold the poison.
+template <class ExecutionSpace, class Flavor>
+RunResult runKernel(HostProblem const &problem, RunOptions const &o = {})
+{
+  using MemorySpace = typename ExecutionSpace::memory_space;
+  BatchCapacity cap = BatchCapacity::of(problem);
+  cap.max_nodes += o.extra_nodes;
+  VerifyBatch<MemorySpace> batch(cap);
+  batch.upload(problem);
+  batch.poisonOutput();
+  VerifyPlan const plan = Impl::planVerify<ExecutionSpace>(boundsOf(problem), o.nsplit, o.strict, o.max_rows);
+  VerifyWorkspace<MemorySpace> const ws = makeVerifyWorkspace<MemorySpace>(plan, plan.max_nodes);
+  ExecutionSpace space;
+  RunResult r;
+  r.path = verifyAttention<ExecutionSpace, Flavor>(space, makeVerifyArgs(batch), ws, plan, o.algo);
+  space.fence();
+  r.out = batch.downloadOutput();
+  EXPECT_EQ(r.out.size(), problem.outElements());
+  r.error = compareToReference(referenceAttention(problem), r.out.data(), r.out.size());
+  auto all = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), batch.out);
+  for (size_t i = problem.outElements(); i < static_cast<size_t>(cap.max_nodes * cap.num_heads * D_V); ++i)
+    r.written_outside += all(i) != BF16_POISON;
+  return r;
+}
+
+std::string describe(ErrorStats const &e)
+{
+  return "rel_l2 " + std::to_string(e.rel_l2) + ", max_abs " + std::to_string(e.max_abs) + ", bad " +
+         std::to_string(e.num_bad) + " (first " + std::to_string(e.first_bad) + ")";
+}
+
+template <class ExecutionSpace, class Flavor>
+void expectCorrect(HostProblem const &problem, RunOptions const &o = {})
+{
+  RunResult const r = runKernel<ExecutionSpace, Flavor>(problem, o);
+  EXPECT_TRUE(r.error.pass) << Flavor::name() << ": " << describe(r.error);
+  EXPECT_EQ(r.error.num_bad, 0) << "NaN or unwritten elements";
+  EXPECT_LE(r.error.rel_l2, REL_L2_TOLERANCE);
+  EXPECT_EQ(r.written_outside, 0) << "wrote past the batch's rows";
+  EXPECT_FALSE(r.path.fallback) << r.path.path;
+}
+
+/// Both tile-product flavours compiled in this build.
+template <class ExecutionSpace>
+void expectCorrectAllFlavors(HostProblem const &problem, RunOptions const &o = {})
+{
+  expectCorrect<ExecutionSpace, TeamTiles>(problem, o);
+#ifdef CANOPY_HAVE_KOKKOSKERNELS
+  expectCorrect<ExecutionSpace, BatchedGemmTiles>(problem, o);
+#endif
+}
+
+HostProblem problemOf(int batch, int heads, int tree, int64_t prefix, MaskLayout mask, uint64_t seed, bool ragged = false,
+                      int padded = 0)
+{
+  GeneratorOptions g;
+  g.batch = batch;
+  g.num_heads = heads;
+  g.tree_size = tree;
+  g.prefix_len = prefix;
+  g.mask_layout = mask;
+  g.seed = seed;
+  g.ragged = ragged;
+  g.padded_rows = padded;
+  return generateProblem(g);
+}
+
+template <class ExecutionSpace>
+struct VerifyAttentionKokkos : ::testing::Test
+{
+};
+TYPED_TEST_SUITE(VerifyAttentionKokkos, CanopyExecSpaces);
+
+TYPED_TEST(VerifyAttentionKokkos, randomShapesWithFreshSeeds)
+{
+  std::random_device device;
+  uint64_t const base = (static_cast<uint64_t>(device()) << 32) | device();
+  for (int trial = 0; trial < 4; ++trial)
+  {
+    uint64_t const seed = base + trial;
+    std::mt19937_64 rng(seed);
+    auto pick = [&rng](int lo, int hi) { return static_cast<int>(lo + rng() % static_cast<uint64_t>(hi - lo + 1)); };
+    int const nsplits[] = {1, 4, 16};
+    RunOptions o;
+    o.nsplit = nsplits[pick(0, 2)];
+    HostProblem const p = problemOf(pick(1, 3), pick(1, 6), pick(1, 40), pick(0, 200), ALL_LAYOUTS[pick(0, 2)], seed,
+                                    /*ragged=*/true, pick(0, 2));
+    SCOPED_TRACE("seed " + std::to_string(seed) + ", nsplit " + std::to_string(o.nsplit) + ", mask " +
+                 toString(p.meta.mask_layout));
+    expectCorrectAllFlavors<TypeParam>(p, o);
+  }
+}
+
+TYPED_TEST(VerifyAttentionKokkos, emptyPrefixInEveryLayout)
+{
+  for (MaskLayout m : ALL_LAYOUTS)
+  {
+    SCOPED_TRACE(toString(m));
+    expectCorrectAllFlavors<TypeParam>(problemOf(2, 3, 17, 0, m, 11));
+  }
+}
+
+TYPED_TEST(VerifyAttentionKokkos, prefixShorterThanNsplit)
+{
+  RunOptions o;
+  o.nsplit = 16;
+  expectCorrectAllFlavors<TypeParam>(problemOf(1, 2, 9, 5, MaskLayout::kFull, 12), o);
+}
+
+TYPED_TEST(VerifyAttentionKokkos, prefixNotAMultipleOfTheTile)
+{
+  using Tiles = Impl::VerifyTiles<TypeParam>;
+  for (int nsplit : {1, 4})
+  {
+    RunOptions o;
+    o.nsplit = nsplit;
+    SCOPED_TRACE("nsplit " + std::to_string(nsplit));
+    expectCorrectAllFlavors<TypeParam>(problemOf(1, 2, 5, 3 * Tiles::KV_TILE + 7, MaskLayout::kTree, 13), o);
+  }
+}
+
+TYPED_TEST(VerifyAttentionKokkos, singleNodeTree)
+{
+  for (MaskLayout m : ALL_LAYOUTS)
+  {
+    SCOPED_TRACE(toString(m));
+    expectCorrectAllFlavors<TypeParam>(problemOf(3, 4, 1, 45, m, 14));
+  }
+}
+
+TYPED_TEST(VerifyAttentionKokkos, treeOf65NodesBeyondOneAncestorWord)
+{
+  for (MaskLayout m : ALL_LAYOUTS)
+  {
+    SCOPED_TRACE(toString(m));
+    expectCorrectAllFlavors<TypeParam>(problemOf(1, 2, 65, 40, m, 15));
+  }
+}
+
+TYPED_TEST(VerifyAttentionKokkos, raggedBatchWithPaddedRowsWritesOnlyItsRows)
+{
+  RunOptions o;
+  o.extra_nodes = 9;  // a bucket larger than this step: those rows must keep their poison
+  for (MaskLayout m : ALL_LAYOUTS)
+  {
+    SCOPED_TRACE(toString(m));
+    expectCorrectAllFlavors<TypeParam>(problemOf(4, 2, 21, 70, m, 16, /*ragged=*/true, /*padded=*/3), o);
+  }
+}
+
+TYPED_TEST(VerifyAttentionKokkos, onlyPaddedRows)
+{
+  HostProblem const p = problemOf(0, 2, 5, 10, MaskLayout::kFull, 17, false, /*padded=*/2);
+  ASSERT_EQ(p.meta.numNodes(), 0);
+  RunOptions o;
+  o.extra_nodes = 3;
+  RunResult const r = runKernel<TypeParam, TeamTiles>(p, o);
+  EXPECT_EQ(r.written_outside, 0);
+}
+
+TYPED_TEST(VerifyAttentionKokkos, everyNsplit)
+{
+  HostProblem const p = problemOf(2, 2, 13, 150, MaskLayout::kParents, 18);
+  for (int nsplit : {1, 4, 16})
+  {
+    RunOptions o;
+    o.nsplit = nsplit;
+    SCOPED_TRACE("nsplit " + std::to_string(nsplit));
+    expectCorrectAllFlavors<TypeParam>(p, o);
+  }
+}
+
+TYPED_TEST(VerifyAttentionKokkos, fragmentedSlots)
+{
+  GeneratorOptions g;
+  g.batch = 2;
+  g.num_heads = 2;
+  g.tree_size = 11;
+  g.prefix_len = 90;
+  g.pool_slack = 3.0;  // two thirds of the pool are holes
+  g.mean_run = 1.5;    // runs of one or two consecutive slots
+  g.seed = 19;
+  HostProblem const p = generateProblem(g);
+  int64_t jumps = 0;
+  for (size_t i = 1; i < p.meta.kv_indices.size(); ++i)
+    jumps += p.meta.kv_indices[i] != p.meta.kv_indices[i - 1] + 1;
+  ASSERT_GT(jumps, static_cast<int64_t>(p.meta.kv_indices.size() / 3)) << "the slots should be fragmented";
+  expectCorrectAllFlavors<TypeParam>(p);
+}
+
+TYPED_TEST(VerifyAttentionKokkos, severalRowTilesAndHeadGroups)
+{
+  // A small row cap forces several head groups and, at T = 30, several node tiles per team.
+  using Tiles = Impl::VerifyTiles<TypeParam>;
+  RunOptions o;
+  o.max_rows = 2 * Tiles::ROW_BLOCK;
+  VerifyPlan const plan = Impl::planVerify<TypeParam>(PlanBounds{1, 30, 60, 30, 5, MaskLayout::kTree}, 4, false,
+                                                      o.max_rows);
+  EXPECT_GT(plan.num_head_groups, 1);
+  EXPECT_LT(plan.rows_per_tile / plan.heads_per_group, 30);
+  for (MaskLayout m : ALL_LAYOUTS)
+  {
+    SCOPED_TRACE(toString(m));
+    expectCorrectAllFlavors<TypeParam>(problemOf(1, 5, 30, 60, m, 20), o);
+  }
+}
+
+TYPED_TEST(VerifyAttentionKokkos, headGroupsAreBalanced)
+{
+  VerifyPlan const p = Impl::planVerify<TypeParam>(PlanBounds{1, 65, 0, 65, 8, MaskLayout::kFull}, 1, false, 5 * 65);
+  EXPECT_EQ(p.num_head_groups, 2);
+  EXPECT_EQ(p.heads_per_group, 4);
+  EXPECT_EQ(p.leagueSize(), 1 * 2 * 2);
+  EXPECT_THROW(Impl::planVerify<TypeParam>(PlanBounds{1, 5, 0, 5, 8, MaskLayout::kFull}, 0), InputError);
+  EXPECT_THROW(Impl::planVerify<TypeParam>(PlanBounds{1, 5, 0, 5, 0, MaskLayout::kFull}, 4), InputError);
+}
+
+TYPED_TEST(VerifyAttentionKokkos, portableOverrideRunsThePrimaryTemplate)
+{
+  HostProblem const p = problemOf(1, 2, 7, 33, MaskLayout::kFull, 21);
+  RunOptions o;
+  o.algo = Algo::Portable;
+  RunResult const r = runKernel<TypeParam, BatchedGemmTiles>(p, o);
+  EXPECT_EQ(r.path.path, "kokkos-team");
+  EXPECT_FALSE(r.path.fallback);
+  EXPECT_TRUE(r.error.pass) << describe(r.error);
+#ifdef CANOPY_HAVE_KOKKOSKERNELS
+  EXPECT_EQ((runKernel<TypeParam, BatchedGemmTiles>(p).path.path), "kokkos-kk");
+#endif
+}
+
+TYPED_TEST(VerifyAttentionKokkos, fallbackIsRecordedAndStrictRefusesIt)
+{
+  HostProblem const p = problemOf(1, 2, 7, 33, MaskLayout::kTree, 22);
+  RunResult const r = runKernel<TypeParam, UncompiledTiles>(p);
+  EXPECT_TRUE(r.path.fallback);
+  EXPECT_NE(r.path.path.find("fallback from test-uncompiled"), std::string::npos) << r.path.path;
+  EXPECT_TRUE(r.error.pass) << describe(r.error);
+  RunOptions strict;
+  strict.strict = true;
+  EXPECT_THROW((runKernel<TypeParam, UncompiledTiles>(p, strict)), InputError);
+  EXPECT_FALSE((runKernel<TypeParam, TeamTiles>(p, strict).path.fallback));
+}
+
+// The checks above can fail: a kernel that misses rows leaves poison, one that reads a wrong mask
+// is far outside the tolerance.
+TYPED_TEST(VerifyAttentionKokkos, checksDetectUnwrittenRowsAndWrongMasks)
+{
+  using MemorySpace = typename TypeParam::memory_space;
+  HostProblem const p = problemOf(3, 2, 9, 40, MaskLayout::kTree, 23);
+  {
+    // Planned for one request only: rows of requests 1 and 2 are never written.
+    VerifyBatch<MemorySpace> batch(BatchCapacity::of(p));
+    batch.upload(p);
+    batch.poisonOutput();
+    PlanBounds bounds = boundsOf(p);
+    bounds.max_batch = 1;
+    VerifyPlan const plan = Impl::planVerify<TypeParam>(bounds, 2);
+    auto const ws = makeVerifyWorkspace<MemorySpace>(plan, plan.max_nodes);
+    verifyAttention<TypeParam>(TypeParam(), makeVerifyArgs(batch), ws, plan);
+    Kokkos::fence();
+    std::vector<uint16_t> const out = batch.downloadOutput();
+    ErrorStats const e = compareToReference(referenceAttention(p), out.data(), out.size());
+    EXPECT_FALSE(e.pass);
+    EXPECT_EQ(e.num_bad, static_cast<int64_t>(out.size()) - 9 * 2 * D_V);
+  }
+  {
+    // Every tree node sees only itself (short prefix, so the tree part weighs): the kernel follows
+    // the mask it is given, and the result is far from the true tree's.
+    HostProblem const q = problemOf(2, 2, 12, 6, MaskLayout::kTree, 24);
+    HostProblem wrong = q;
+    for (int b = 0; b < wrong.meta.batchSize(); ++b)
+    {
+      int64_t const T = wrong.meta.treeSize(b);
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t j = 0; j < T; ++j)
+          wrong.meta.custom_mask[wrong.meta.mask_indptr[b] + i * T + j] = i == j;
+    }
+    RunResult const r = runKernel<TypeParam, TeamTiles>(wrong);
+    EXPECT_TRUE(r.error.pass) << describe(r.error);
+    ErrorStats const against_true = compareToReference(referenceAttention(q), r.out.data(), r.out.size());
+    EXPECT_FALSE(against_true.pass);
+    EXPECT_GT(against_true.rel_l2, 10 * REL_L2_TOLERANCE);
+  }
+}
+} // namespace
