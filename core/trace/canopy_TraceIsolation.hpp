@@ -13,8 +13,9 @@
 
 namespace canopy::Impl
 {
-/// \brief Runs \p read in a child process and returns its columns. An InputError in the child is
-/// rethrown with its message; a RuntimeFailure likewise; a crash or hang-free abnormal exit becomes
-/// InputError("<label>: the HDF5 library crashed ... corrupt file").
+/// \brief Runs \p read in a child process and returns its columns. An InputError or another
+/// exception in the child is rethrown here (as InputError or RuntimeFailure) with its message; a
+/// child killed by a signal, or one that exits before sending everything, becomes
+/// InputError("<label>: the HDF5 library crashed (signal N, ...) while parsing the file: it is corrupt").
 TraceColumns readColumnsIsolated(std::function<TraceColumns()> const &read, std::string const &label);
 } // namespace canopy::Impl

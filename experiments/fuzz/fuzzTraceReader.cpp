@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace
@@ -131,6 +132,54 @@ std::unique_ptr<TraceReader> readInput(uint8_t const *data, size_t size)
   return std::make_unique<TraceReader>(TraceReader::fromImage(image.data(), image.size(), "fuzz-structured", in_process));
 }
 } // namespace
+
+/// Seeds for the raw mode (scripts/fuzz-trace sets CANOPY_FUZZ_SEED_DIR): small valid traces as
+/// HDF5 images behind a 0 byte, compressed and not, with and without /values, so mutations start
+/// from real superblocks, object headers, B-trees and heaps rather than from noise.
+extern "C" int LLVMFuzzerInitialize(int *, char ***)
+{
+  char const *dir = std::getenv("CANOPY_FUZZ_SEED_DIR");
+  if (!dir)
+    return 0;
+  TraceColumns c;
+  c.source = "seed";
+  c.created = "2025-01-01T00:00:00Z";
+  c.shape.num_heads = 1;
+  c.num_slots = 16;
+  c.request_id = {3, 4, 3};
+  c.prefix_len = {2, 0, 3};
+  c.kv_offset = {0, 2, 2, 5};
+  c.kv_indices = {1, 2, 1, 2, 5};
+  c.tree_offset = {0, 3, 4, 6};
+  c.parent = {-1, 0, 0, -1, -1, 0};
+  c.out_cache_loc = {5, 6, 7, 8, 9, 10};
+  c.accepted = {2, 1, 2};
+  c.request_offset = {0, 2, 3};
+  int index = 0;
+  for (bool values : {false, true})
+    for (int level : {0, 4})
+    {
+      TraceColumns v = c;
+      if (values)
+      {
+        v.has_values = true;
+        v.q.assign(static_cast<size_t>(v.numNodes()) * D_QK, 0x3f80);
+        v.kv.assign(static_cast<size_t>(v.num_slots) * D_QK, 0x3f00);
+        v.out.assign(static_cast<size_t>(v.numNodes()) * D_V, 0x3f00);
+      }
+      TraceWriteOptions o;
+      o.deflate_level = level;
+      std::vector<unsigned char> image = Impl::writeColumnsImage(v, o);
+      image.insert(image.begin(), 0);
+      std::string const path = std::string(dir) + "/raw-seed-" + std::to_string(index++);
+      if (FILE *f = std::fopen(path.c_str(), "wb"))
+      {
+        std::fwrite(image.data(), 1, image.size(), f);
+        std::fclose(f);
+      }
+    }
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(uint8_t const *data, size_t size)
 {
