@@ -290,6 +290,45 @@ TYPED_TEST(VerifyAttentionKokkos, fallbackIsRecordedAndStrictRefusesIt)
   EXPECT_FALSE((runKernel<TypeParam, TeamTiles>(p, strict).path.fallback));
 }
 
+/// The GPU tile shape (KV tile 16, 2-row blocks, 1-lane packs, 64 rows), one thread per team so
+/// that host spaces run it: the device configuration is checked even without a device backend.
+template <class ExecutionSpace>
+struct DeviceShapedTiles : Impl::VerifyTiles<ExecutionSpace, false>
+{
+  static constexpr int TEAM_SIZE = 1;
+};
+
+template <class ExecutionSpace, class TileProducts>
+void expectDeviceShapedTilesCorrect(HostProblem const &problem, int nsplit)
+{
+  using MemorySpace = typename ExecutionSpace::memory_space;
+  using Tiles = DeviceShapedTiles<ExecutionSpace>;
+  VerifyBatch<MemorySpace> batch(BatchCapacity::of(problem));
+  batch.upload(problem);
+  batch.poisonOutput();
+  VerifyPlan const plan = Impl::planVerify<ExecutionSpace, Tiles>(boundsOf(problem), nsplit);
+  auto const ws = makeVerifyWorkspace<MemorySpace>(plan, plan.max_nodes);
+  Impl::verifyAttentionTeams<ExecutionSpace, TileProducts, Tiles>(ExecutionSpace(), makeVerifyArgs(batch), ws, plan);
+  Kokkos::fence();
+  std::vector<uint16_t> const out = batch.downloadOutput();
+  ErrorStats const e = compareToReference(referenceAttention(problem), out.data(), out.size());
+  EXPECT_TRUE(e.pass) << TileProducts::name() << ": " << describe(e);
+}
+
+TYPED_TEST(VerifyAttentionKokkos, deviceTileShapeOnTheHost)
+{
+  for (MaskLayout m : ALL_LAYOUTS)
+  {
+    SCOPED_TRACE(toString(m));
+    // 65 nodes x 3 heads: more rows than the 64-row tile, a prefix not a multiple of 16.
+    HostProblem const p = problemOf(2, 3, 65, 37, m, 25, /*ragged=*/true, /*padded=*/1);
+    expectDeviceShapedTilesCorrect<TypeParam, Impl::TeamTileProducts>(p, 4);
+#ifdef CANOPY_HAVE_KOKKOSKERNELS
+    expectDeviceShapedTilesCorrect<TypeParam, Impl::BatchedGemmTileProducts>(p, 4);
+#endif
+  }
+}
+
 // The checks above can fail: a kernel that misses rows leaves poison, one that reads a wrong mask
 // is far outside the tolerance.
 TYPED_TEST(VerifyAttentionKokkos, checksDetectUnwrittenRowsAndWrongMasks)

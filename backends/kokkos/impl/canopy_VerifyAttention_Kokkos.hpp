@@ -32,7 +32,7 @@ struct VerifyTiles
 {
   // Host cores (one team = one thread). Register blocks of 6 rows x 16 columns: 12 accumulators
   // of 8 lanes + 2 loads + 1 broadcast fill AVX2's 16 vector registers (measured: scores 110,
-  // values 90 GFLOP/s on a Zen 4 core, GCC 12, -march=x86-64-v3; 4 or 8 rows are slower).
+  // values 90 GFLOP/s on a Zen 4 core, GCC 12, -march=x86-64-v3; 4 or 8 rows measured slower).
   static constexpr int KV_TILE = 32;     ///< KV rows per tile: K 72 KiB + K^T 72 KiB fp32, L2-resident
   static constexpr int PACK = 8;         ///< fp32 lanes of a FloatPack (256-bit)
   static constexpr int ROW_BLOCK = 6;
@@ -50,8 +50,10 @@ template <class ExecutionSpace>
 struct VerifyTiles<ExecutionSpace, false>
 {
   // GPUs: one thread per register block, a 128-thread team. Scratch at 64 rows: Q 144 KiB +
-  // O 128 KiB + KV 72 KiB, so it lives in level 1 (global memory, cached); a level-0 variant would
-  // keep Q as bf16. Correct on any Kokkos device; the tuned GPU path is the CUDA design.
+  // O 128 KiB + KV 72 KiB, so it lives in level 1 (global memory, cached). Correct on any Kokkos
+  // device (the tests run this shape on the host spaces); the tuned GPU path is the CUDA design.
+  // FIXME(level-0 GPU tiles): bf16 Q and a smaller O slice in level 0, once a Kokkos CUDA build
+  // can measure them.
   static constexpr int KV_TILE = 16;
   static constexpr int PACK = 1;
   static constexpr int ROW_BLOCK = 2;
@@ -68,11 +70,11 @@ KOKKOS_INLINE_FUNCTION constexpr int64_t roundUp(int64_t a, int64_t b) { return 
 /// \brief Launch plan for \p bounds on \p ExecutionSpace. Heads are grouped so that a group's
 /// (node, head) rows fit one tile at the largest tree; groups are balanced (8 heads at T=65 and 384
 /// rows: 2 groups of 4, not 5 + 3).
-/// \param max_rows row cap per tile (0: the space's default), for tile-size experiments
-template <class ExecutionSpace>
+/// \param max_rows row cap per tile (0: the tiles' default), for tile-size experiments
+/// \tparam Tiles tile shape (default: the space's; tests run the device shape on host spaces)
+template <class ExecutionSpace, class Tiles = VerifyTiles<ExecutionSpace>>
 VerifyPlan planVerify(PlanBounds const &bounds, int nsplit, bool strict = false, int max_rows = 0)
 {
-  using Tiles = VerifyTiles<ExecutionSpace>;
   if (bounds.num_heads < 1)
     throw InputError("verify plan: num_heads must be >= 1, got " + std::to_string(bounds.num_heads));
   if (bounds.max_batch < 0 || bounds.max_tree < 0 || bounds.max_prefix < 0 || bounds.max_nodes < 0)
@@ -276,11 +278,10 @@ struct TeamTileProducts
 /// cover the prefix in tile-aligned chunks (ceil(P / nsplit) rounded up to KV_TILE), partial nsplit
 /// is the tree part (tree rows via out_cache_loc, masked). Each writes its normalised output and
 /// log-sum-exp per (node, head); an empty chunk writes only lse = -inf, which the combine skips.
-template <class ExecutionSpace, class TileProducts>
+template <class ExecutionSpace, class TileProducts, class Tiles = VerifyTiles<ExecutionSpace>>
 struct VerifySplitKernel
 {
   using MemorySpace = typename ExecutionSpace::memory_space;
-  using Tiles = VerifyTiles<ExecutionSpace>;
   using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
   static constexpr int N = Tiles::KV_TILE;
 
@@ -529,11 +530,10 @@ struct VerifySplitKernel
 /// w_s = exp(lse_s - max lse). One team per node row of the plan bound; rows past sum T return, and
 /// so do rows of requests the split kernel did not cover (b >= max_batch: a batch beyond its plan),
 /// which keep whatever the output held instead of being filled from an unwritten workspace.
-template <class ExecutionSpace>
+template <class ExecutionSpace, class Tiles = VerifyTiles<ExecutionSpace>>
 struct VerifyCombineKernel
 {
   using MemorySpace = typename ExecutionSpace::memory_space;
-  using Tiles = VerifyTiles<ExecutionSpace>;
   using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
 
   VerifyArgs<MemorySpace> a;
@@ -614,12 +614,12 @@ struct VerifyCombineKernel
 };
 
 /// \brief Enqueues split + combine on \p space. \pre ws was made for \p plan with room for the
-/// batch's node rows; the batch is within the plan bounds. Launch shapes depend on plan only.
-template <class ExecutionSpace, class TileProducts = TeamTileProducts>
+/// batch's node rows; the batch is within the plan bounds; \p plan was made with the same Tiles.
+/// Launch shapes depend on the plan only.
+template <class ExecutionSpace, class TileProducts = TeamTileProducts, class Tiles = VerifyTiles<ExecutionSpace>>
 void verifyAttentionTeams(ExecutionSpace const &space, VerifyArgs<typename ExecutionSpace::memory_space> const &args,
                           VerifyWorkspace<typename ExecutionSpace::memory_space> const &ws, VerifyPlan const &plan)
 {
-  using Tiles = VerifyTiles<ExecutionSpace>;
   using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
   if (plan.leagueSize() == 0)
     return;
@@ -629,14 +629,14 @@ void verifyAttentionTeams(ExecutionSpace const &space, VerifyArgs<typename Execu
   if (bytes > static_cast<size_t>(split_policy.scratch_size_max(1)))
     throw InputError("verify plan: " + std::to_string(plan.rows_per_tile) + " rows per tile need " +
                      std::to_string(bytes) + " bytes of team scratch, more than this space offers");
-  VerifySplitKernel<ExecutionSpace, TileProducts> split{args, ws.partial_out, ws.partial_lse, ws.node_capacity, plan,
+  VerifySplitKernel<ExecutionSpace, TileProducts, Tiles> split{args, ws.partial_out, ws.partial_lse, ws.node_capacity, plan,
                                                         level};
   Kokkos::parallel_for("canopy::verifyAttention::split_tiles",
                        split_policy.set_scratch_size(level, Kokkos::PerTeam(bytes)), split);
 
-  size_t const cbytes = VerifyCombineKernel<ExecutionSpace>::scratchBytes(plan.num_heads, plan.numPartials());
+  size_t const cbytes = VerifyCombineKernel<ExecutionSpace, Tiles>::scratchBytes(plan.num_heads, plan.numPartials());
   Policy combine_policy(space, static_cast<int>(plan.max_nodes), Tiles::TEAM_SIZE);
-  VerifyCombineKernel<ExecutionSpace> combine{args, ws.partial_out, ws.partial_lse, ws.node_capacity,
+  VerifyCombineKernel<ExecutionSpace, Tiles> combine{args, ws.partial_out, ws.partial_lse, ws.node_capacity,
                                               plan.numPartials(), plan.max_batch};
   Kokkos::parallel_for("canopy::verifyAttention::combine", combine_policy.set_scratch_size(0, Kokkos::PerTeam(cbytes)),
                        combine);
