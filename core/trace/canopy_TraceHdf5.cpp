@@ -136,15 +136,13 @@ Hid openDataset(hid_t file, std::string const &path)
 {
   if (!linkExists(file, path))
     throw InputError(path + ": missing (a required dataset of format v1)");
-  H5O_info_t info;
-  if (H5Oget_info_by_name2(file, path.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0)
-    bad(path, "cannot be inspected");
-  if (info.type != H5O_TYPE_DATASET)
-    bad(path, "is not a dataset");
-  Hid ds = ownDataset(H5Dopen2(file, path.c_str(), H5P_DEFAULT));
-  if (!ds.valid())
+  // H5Oopen + H5Iget_type rather than H5Oget_info*, whose signature differs between 1.10 and 1.12+.
+  Hid obj(H5Oopen(file, path.c_str(), H5P_DEFAULT), H5Oclose);
+  if (!obj.valid())
     bad(path, "cannot be opened");
-  return ds;
+  if (H5Iget_type(obj.get()) != H5I_DATASET)
+    bad(path, "is not a dataset");
+  return Hid(H5Dopen2(file, path.c_str(), H5P_DEFAULT), H5Dclose);
 }
 
 std::string readStringAttr(hid_t obj, char const *name, std::string const &obj_path)

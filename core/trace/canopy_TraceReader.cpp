@@ -20,16 +20,12 @@ Hid openGroup(hid_t file, std::string const &path)
 {
   if (!linkExists(file, path))
     throw InputError(path + ": missing (a required group of format v1)");
-  H5O_info_t info;
-  if (H5Oget_info_by_name2(file, path.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0 || info.type != H5O_TYPE_GROUP)
-  {
-    H5Eclear2(H5E_DEFAULT);
-    throw InputError(path + ": is not a group");
-  }
-  Hid g = ownGroup(H5Gopen2(file, path.c_str(), H5P_DEFAULT));
-  if (!g.valid())
+  Hid obj(H5Oopen(file, path.c_str(), H5P_DEFAULT), H5Oclose);
+  if (!obj.valid())
     throw InputError(path + ": cannot be opened (HDF5: " + hdf5ErrorMessage() + ")");
-  return g;
+  if (H5Iget_type(obj.get()) != H5I_GROUP)
+    throw InputError(path + ": is not a group");
+  return obj;  // a group opened through H5Oopen is closed by H5Oclose
 }
 
 bool isIsoTimestamp(std::string const &s)

@@ -132,6 +132,22 @@ TEST(TraceMalformed, everyRequiredDatasetMustExist)
     e.remove("/tree");
   }
   expectInputError([&] { TraceReader r(path); }, {"/tree/parent", "missing"});
+  // Objects of the wrong kind: a group where a dataset belongs and the other way round.
+  std::string const kind = writeValid("kind.h5");
+  {
+    H5Edit e(kind);
+    e.remove("/tree/parent");
+    Impl::createGroup(e.file(), "/tree/parent");
+  }
+  expectInputError([&] { TraceReader r(kind); }, {"/tree/parent", "is not a dataset"});
+  std::string const pool = writeValid("pool.h5");
+  {
+    H5Edit e(pool);
+    e.remove("/pool");
+    int64_t const one = 1;
+    e.replace("/pool", H5T_STD_I64LE, H5T_NATIVE_INT64, &one, {1});
+  }
+  expectInputError([&] { TraceReader r(pool); }, {"/pool", "is not a group"});
 }
 
 TEST(TraceMalformed, wrongDtypesAreRejected)
