@@ -118,6 +118,9 @@ void stepView(TraceColumns const &columns, int64_t s, TraceStepView &view);
 /// \brief SGLang-native metadata of step \p s (DESIGN.md §1) straight from the columns.
 /// \pre the columns are valid.
 BatchMetadata stepMetadata(TraceColumns const &columns, int64_t s, MaskLayout layout);
+/// \brief The same into \p out, reusing its buffers' capacity: a replay loop that keeps one
+/// BatchMetadata allocates nothing once it has seen its largest step.
+void stepMetadata(TraceColumns const &columns, int64_t s, MaskLayout layout, BatchMetadata &out);
 
 /// \brief "YYYY-MM-DDTHH:MM:SSZ" for now (UTC).
 std::string isoTimestampNow();

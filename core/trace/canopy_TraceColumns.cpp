@@ -89,14 +89,14 @@ void stepView(TraceColumns const &c, int64_t s, TraceStepView &v)
   v.accepted = c.accepted.empty() ? nullptr : c.accepted.data() + r0;
 }
 
-BatchMetadata stepMetadata(TraceColumns const &c, int64_t s, MaskLayout layout)
+void stepMetadata(TraceColumns const &c, int64_t s, MaskLayout layout, BatchMetadata &m)
 {
   if (s < 0 || s >= c.numSteps())
     throw InputError("trace: step " + std::to_string(s) + " out of range [0, " + std::to_string(c.numSteps()) + ")");
   int64_t const r0 = c.request_offset[s], r1 = c.request_offset[s + 1];
   int64_t const k0 = c.kv_offset[r0], n0 = c.tree_offset[r0];
-  BatchMetadata m;
   m.mask_layout = layout;
+  m.custom_mask.clear();
   size_t const rows = static_cast<size_t>(r1 - r0);
   m.kv_indptr.resize(rows + 1);
   m.qo_indptr.resize(rows + 1);
@@ -129,6 +129,12 @@ BatchMetadata stepMetadata(TraceColumns const &c, int64_t s, MaskLayout layout)
     }
     m.mask_indptr[b + 1] = m.mask_indptr[b] + maskBytes(m.treeSize(bi), m.prefixLen(bi), layout);
   }
+}
+
+BatchMetadata stepMetadata(TraceColumns const &c, int64_t s, MaskLayout layout)
+{
+  BatchMetadata m;
+  stepMetadata(c, s, layout, m);
   return m;
 }
 

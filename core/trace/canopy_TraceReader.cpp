@@ -258,6 +258,12 @@ BatchMetadata TraceReader::stepMetadata(int64_t s, MaskLayout layout) const
   return canopy::stepMetadata(_columns, s, layout);
 }
 
+void TraceReader::stepMetadata(int64_t s, MaskLayout layout, BatchMetadata &out) const
+{
+  checkStep(s);
+  canopy::stepMetadata(_columns, s, layout, out);
+}
+
 HostProblem TraceReader::stepProblem(int64_t s, MaskLayout layout, uint64_t seed) const
 {
   HostProblem p;

@@ -45,6 +45,8 @@ public:
   int stepBatchSize(int64_t s) const;
   /// \brief The SGLang-native buffers of step \p s in \p layout.
   BatchMetadata stepMetadata(int64_t s, MaskLayout layout) const;
+  /// \brief The same into \p out, reusing its capacity (no allocation in a steady replay loop).
+  void stepMetadata(int64_t s, MaskLayout layout, BatchMetadata &out) const;
   /// \brief Metadata plus values: the recorded q rows of the step and the recorded pool when the file
   /// has /values, else q and the pool filled by fillRandomValues(problem, seed) (same seed, same bits).
   HostProblem stepProblem(int64_t s, MaskLayout layout, uint64_t seed) const;

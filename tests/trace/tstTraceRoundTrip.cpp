@@ -121,7 +121,8 @@ TEST(TraceRoundTrip, stepMetadataEqualsBuildMetadataInEveryLayout)
   TraceReader const r(path);
   ASSERT_GT(r.numSteps(), 0);
   TraceStepView view;
-  for (int64_t s = 0; s < r.numSteps(); ++s)
+  BatchMetadata reused;
+  for (int64_t s = r.numSteps() - 1; s >= 0; --s)  // larger steps first, then smaller into the same buffers
   {
     std::vector<RequestSpec> specs;
     for (auto const &req : r.stepRequests(s))
@@ -139,6 +140,16 @@ TEST(TraceRoundTrip, stepMetadataEqualsBuildMetadataInEveryLayout)
       EXPECT_EQ(got.mask_indptr, want.mask_indptr);
       EXPECT_EQ(got.tree_parent, want.tree_parent);
       EXPECT_NO_THROW(validateMetadata(got, r.info().num_slots));
+      // Filling a reused BatchMetadata (last used for another step and layout) gives the same buffers.
+      r.stepMetadata(s, layout, reused);
+      EXPECT_EQ(reused.mask_layout, layout);
+      EXPECT_EQ(reused.kv_indptr, got.kv_indptr);
+      EXPECT_EQ(reused.kv_indices, got.kv_indices);
+      EXPECT_EQ(reused.qo_indptr, got.qo_indptr);
+      EXPECT_EQ(reused.out_cache_loc, got.out_cache_loc);
+      EXPECT_EQ(reused.custom_mask, got.custom_mask);
+      EXPECT_EQ(reused.mask_indptr, got.mask_indptr);
+      EXPECT_EQ(reused.tree_parent, got.tree_parent);
     }
     // The zero-copy view points at the same numbers.
     r.stepView(s, view);
