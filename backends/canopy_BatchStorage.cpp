@@ -4,6 +4,10 @@
 #include "canopy_Error.hpp"
 #include "canopy_Reference.hpp"
 
+#ifdef CANOPY_HAVE_CUDA_DESIGNS
+#include "canopy_CudaRuntime.hpp"
+#endif
+
 namespace canopy
 {
 namespace
@@ -28,6 +32,19 @@ private:
   VerifyBatch<MemorySpace> _batch;
 };
 } // namespace
+
+bool memoryAvailable(MemoryKind kind, std::string *why)
+{
+  if (kind != MemoryKind::kCudaDevice)
+    return true;
+#ifdef CANOPY_HAVE_CUDA_DESIGNS
+  return cuda::cudaAvailable(why);
+#else
+  if (why)
+    *why = "this build has no CUDA designs";
+  return false;
+#endif
+}
 
 std::unique_ptr<BatchStorage> makeBatchStorage(MemoryKind kind, BatchCapacity const &capacity)
 {

@@ -29,6 +29,10 @@ public:
   virtual void sync() {}
 };
 
+/// \brief Whether memory of \p kind can be used on this machine (a CUDA build on a host without a
+/// GPU says no, with the reason in \p why).
+bool memoryAvailable(MemoryKind kind, std::string *why = nullptr);
+
 /// \brief Storage for \p kind; throws InputError when that memory is not available in this build.
 std::unique_ptr<BatchStorage> makeBatchStorage(MemoryKind kind, BatchCapacity const &capacity);
 

@@ -1,0 +1,182 @@
+/// \file canopy_CudaExecutor.cpp
+/// \brief GPU execution for the replay engine: device events around each launch or graph replay,
+/// one CUDA graph per bucket (captured in global mode after the eager warm-up), L2 flushes outside
+/// the timed region, and the roofline peaks measured once per run on the same GPU.
+#include "canopy_CudaRuntime.hpp"
+#include "canopy_Executor.hpp"
+
+#include <memory>
+#include <optional>
+
+namespace canopy
+{
+namespace
+{
+class CudaExecutor final : public Executor
+{
+public:
+  std::string device() const override
+  {
+    std::string why;
+    if (!cuda::cudaAvailable(&why))
+      return "no GPU (" + why + ")";
+    cuda::DeviceInfo const &d = info();
+    std::string s = "GPU: " + d.summary();
+    if (d.cc_major != 12)
+      s += " — an H200 (sm_" + std::to_string(d.cc_major) + std::to_string(d.cc_minor) +
+           ") proxy for the sm_120 design target";
+    return s;
+  }
+
+  bool supports(ExecMode mode, Design const &design, std::string *why) const override
+  {
+    std::string reason;
+    if (!cuda::cudaAvailable(&reason))
+    {
+      if (why)
+        *why = "no usable GPU: " + reason;
+      return false;
+    }
+    if (mode == ExecMode::kGraph && !design.captureSafe())
+    {
+      if (why)
+        *why = design.name() + " is not capture-safe";
+      return false;
+    }
+    return true;
+  }
+
+  void prepare(Design &design, BatchStorage &storage, ExecMode mode) override
+  {
+    _graph.reset();
+    if (mode != ExecMode::kGraph)
+      return;
+    cudaStream_t const stream = streamOf(storage);
+    storage.sync();  // the bucket's metadata and values are in place before capture
+    _graph.emplace(cuda::Graph::capture(stream, [&] { design.run(storage.ref(), storage.context()); }));
+  }
+
+  double timeRun(Design &design, BatchStorage &storage, ExecMode mode, bool l2_flush) override
+  {
+    cudaStream_t const stream = streamOf(storage);
+    if (l2_flush)
+    {
+      if (!_flusher)
+        _flusher = std::make_unique<cuda::L2Flusher>();
+      _flusher->flush(stream);
+    }
+    _start.record(stream);
+    if (mode == ExecMode::kGraph)
+    {
+      if (!_graph || !_graph->valid())
+        throw RuntimeFailure("graph replay requested before a graph was captured for this bucket");
+      _graph->replay(stream);
+    }
+    else
+      design.run(storage.ref(), storage.context());
+    _stop.record(stream);
+    _stop.sync();
+    cuda::check(cudaGetLastError(), "verify launch");
+    return static_cast<double>(_stop.elapsedMsSince(_start)) * 1e-3;
+  }
+
+  void release() override { _graph.reset(); }
+
+  double peakFlops() override { return peaks().bf16_flops; }
+  double peakBytesPerSecond() override { return peaks().copy_bytes_per_s; }
+
+  std::map<std::string, std::string> environment() const override
+  {
+    std::map<std::string, std::string> env;
+    if (!cuda::cudaAvailable())
+      return env;
+    cuda::DeviceInfo const &d = info();
+    env["gpu"] = d.name;
+    env["gpu_cc"] = std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor);
+    env["gpu_sms"] = std::to_string(d.sm_count);
+    env["gpu_sm_clock_mhz"] = std::to_string(d.sm_clock_khz / 1000);
+    env["gpu_mem_clock_mhz"] = std::to_string(d.mem_clock_khz / 1000);
+    env["cuda_driver"] = std::to_string(d.driver_version);
+    env["cuda_runtime"] = std::to_string(d.runtime_version);
+    if (_peaks)
+      env["peaks"] = _peaks->describe();
+    return env;
+  }
+
+private:
+  static cudaStream_t streamOf(BatchStorage const &storage)
+  {
+    return static_cast<cudaStream_t>(storage.context().cuda_stream);
+  }
+  cuda::DeviceInfo const &info() const
+  {
+    if (!_info)
+      _info = cuda::deviceInfo();
+    return *_info;
+  }
+  cuda::Peaks const &peaks()
+  {
+    if (!_peaks)
+    {
+      cuda::Stream s;
+      _peaks = cuda::measurePeaks(s.get());
+    }
+    return *_peaks;
+  }
+
+  mutable std::optional<cuda::DeviceInfo> _info;
+  std::optional<cuda::Peaks> _peaks;
+  std::optional<cuda::Graph> _graph;
+  std::unique_ptr<cuda::L2Flusher> _flusher;
+  cuda::Event _start, _stop;
+};
+
+// Events are created on first use: constructing the executor must not touch CUDA on machines without a GPU.
+class LazyCudaExecutor final : public Executor
+{
+public:
+  std::string device() const override
+  {
+    std::string why;
+    if (!cuda::cudaAvailable(&why))
+      return "no GPU (" + why + ")";
+    return get().device();
+  }
+  bool supports(ExecMode m, Design const &d, std::string *why) const override
+  {
+    std::string reason;
+    if (!cuda::cudaAvailable(&reason))
+    {
+      if (why)
+        *why = "no usable GPU: " + reason;
+      return false;
+    }
+    return get().supports(m, d, why);
+  }
+  void prepare(Design &d, BatchStorage &s, ExecMode m) override { get().prepare(d, s, m); }
+  double timeRun(Design &d, BatchStorage &s, ExecMode m, bool f) override { return get().timeRun(d, s, m, f); }
+  void release() override
+  {
+    if (_impl)
+      _impl->release();
+  }
+  double peakFlops() override { return get().peakFlops(); }
+  double peakBytesPerSecond() override { return get().peakBytesPerSecond(); }
+  std::map<std::string, std::string> environment() const override
+  {
+    return cuda::cudaAvailable() ? get().environment() : std::map<std::string, std::string>{};
+  }
+
+private:
+  CudaExecutor &get() const
+  {
+    if (!_impl)
+      _impl = std::make_unique<CudaExecutor>();
+    return *_impl;
+  }
+  mutable std::unique_ptr<CudaExecutor> _impl;
+};
+} // namespace
+
+std::unique_ptr<Executor> makeCudaExecutor() { return std::make_unique<LazyCudaExecutor>(); }
+} // namespace canopy
