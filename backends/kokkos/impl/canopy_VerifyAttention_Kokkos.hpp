@@ -11,9 +11,11 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
-#include <type_traits>
+#include <string>
 
 namespace canopy::Impl
 {
