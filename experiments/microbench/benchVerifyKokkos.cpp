@@ -19,6 +19,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -196,14 +197,20 @@ class SummaryReporter : public benchmark::ConsoleReporter
 public:
   void ReportRuns(std::vector<Run> const &runs) override
   {
+    // With --benchmark_repetitions the median aggregate replaces the single repetitions.
     for (auto const &r : runs)
-      if (r.run_type == Run::RT_Iteration && r.iterations > 0 && r.real_accumulated_time > 0)
-      {
-        _seconds[r.run_name.function_name] = r.real_accumulated_time / static_cast<double>(r.iterations);
-        auto const flops = r.counters.find("FLOP/s");
-        if (flops != r.counters.end())
-          _flops[r.run_name.function_name] = flops->second.value;
-      }
+    {
+      bool const median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
+      bool const single = r.run_type == Run::RT_Iteration && !_has_median.count(r.run_name.function_name);
+      if (!(median || single) || r.iterations <= 0 || !(r.real_accumulated_time > 0))
+        continue;
+      _seconds[r.run_name.function_name] = r.real_accumulated_time / static_cast<double>(r.iterations);
+      auto const flops = r.counters.find("FLOP/s");
+      if (flops != r.counters.end())
+        _flops[r.run_name.function_name] = flops->second.value;
+      if (median)
+        _has_median.insert(r.run_name.function_name);
+    }
     ConsoleReporter::ReportRuns(runs);
   }
 
@@ -241,6 +248,7 @@ public:
 
 private:
   std::map<std::string, double> _seconds, _flops;
+  std::set<std::string> _has_median;
 };
 
 std::vector<Spec> makeSpecs(bool smoke)
