@@ -18,7 +18,8 @@ class KokkosBatchStorage final : public BatchStorage
 public:
   explicit KokkosBatchStorage(BatchCapacity const &cap) : _batch(cap) {}
   void setMetadata(BatchMetadata const &meta, ModelShape const &shape) override { _batch.setMetadata(meta, shape); }
-  void upload(HostProblem const &problem) override { _batch.upload(problem); }
+  void uploadQueries(std::vector<uint16_t> const &q) override { _batch.uploadQueries(q); }
+  void uploadPool(std::vector<uint16_t> const &pool) override { _batch.uploadPool(pool); }
   void poisonOutput() override { _batch.poisonOutput(); }
   std::vector<uint16_t> downloadOutput() override
   {

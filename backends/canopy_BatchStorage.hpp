@@ -18,8 +18,17 @@ public:
   virtual ~BatchStorage() = default;
   /// \brief Metadata into the static buffers (what a graph runner copies before each replay).
   virtual void setMetadata(BatchMetadata const &meta, ModelShape const &shape) = 0;
+  /// \brief q rows of the current step (after setMetadata).
+  virtual void uploadQueries(std::vector<uint16_t> const &q) = 0;
+  /// \brief The KV pool ([num_slots][576] bf16 bits), once when every step shares it.
+  virtual void uploadPool(std::vector<uint16_t> const &kv_pool) = 0;
   /// \brief Metadata, q and the KV pool.
-  virtual void upload(HostProblem const &problem) = 0;
+  void upload(HostProblem const &problem)
+  {
+    setMetadata(problem.meta, problem.shape);
+    uploadQueries(problem.q);
+    uploadPool(problem.kv_pool);
+  }
   virtual void poisonOutput() = 0;
   /// \brief Waits for all work enqueued on the storage's stream/space, then copies the used output rows.
   virtual std::vector<uint16_t> downloadOutput() = 0;

@@ -81,8 +81,24 @@ public:
                        std::to_string(p.shape.num_heads) + " heads, buffers hold " + std::to_string(_cap.num_slots) +
                        " and " + std::to_string(_cap.num_heads));
     setMetadata(p.meta, p.shape);
-    copyPrefix(q, p.q);
-    copyPrefix(kv_pool, p.kv_pool);
+    uploadQueries(p.q);
+    uploadPool(p.kv_pool);
+  }
+
+  /// \brief q rows of the current step (after setMetadata).
+  void uploadQueries(std::vector<uint16_t> const &host_q)
+  {
+    if (host_q.size() > q.extent(0))
+      throw InputError("batch: " + std::to_string(host_q.size()) + " q elements exceed the capacity");
+    copyPrefix(q, host_q);
+  }
+  /// \brief The KV pool (once per trace when every step shares it).
+  void uploadPool(std::vector<uint16_t> const &host_pool)
+  {
+    if (host_pool.size() > kv_pool.extent(0))
+      throw InputError("batch: a pool of " + std::to_string(host_pool.size() / D_QK) + " slots exceeds the capacity of " +
+                       std::to_string(_cap.num_slots));
+    copyPrefix(kv_pool, host_pool);
   }
 
   /// \brief Fills the whole output buffer with a NaN pattern so unwritten elements are detected.

@@ -69,14 +69,20 @@ void CudaBatchStorage::setMetadata(BatchMetadata const &m, ModelShape const &sha
   _meta.mask_layout = m.mask_layout;
 }
 
-void CudaBatchStorage::upload(HostProblem const &p)
+void CudaBatchStorage::uploadQueries(std::vector<uint16_t> const &q)
 {
-  if (p.num_slots > _cap.num_slots)
-    throw InputError("cuda batch: problem needs " + std::to_string(p.num_slots) + " pool slots, buffers hold " +
-                     std::to_string(_cap.num_slots));
-  setMetadata(p.meta, p.shape);
-  uploadPrefix(_q, p.q, _stream.get());
-  uploadPrefix(_kv_pool, p.kv_pool, _stream.get());
+  if (q.size() > _q.size())
+    throw InputError("cuda batch: " + std::to_string(q.size()) + " q elements exceed the capacity of " +
+                     std::to_string(_q.size()));
+  uploadPrefix(_q, q, _stream.get());
+}
+
+void CudaBatchStorage::uploadPool(std::vector<uint16_t> const &kv_pool)
+{
+  if (kv_pool.size() > _kv_pool.size())
+    throw InputError("cuda batch: a pool of " + std::to_string(kv_pool.size() / D_QK) + " slots exceeds the " +
+                     std::to_string(_cap.num_slots) + " the buffers hold");
+  uploadPrefix(_kv_pool, kv_pool, _stream.get());
 }
 
 void CudaBatchStorage::fillRandomValues(uint64_t seed, float q_scale, float kv_scale)

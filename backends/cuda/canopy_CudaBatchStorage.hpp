@@ -17,8 +17,9 @@ public:
   /// copy before each replay; capture-unsafe itself, so it is never called under capture).
   /// Throws InputError when the step exceeds the capacity.
   void setMetadata(BatchMetadata const &meta, ModelShape const &shape) override;
-  /// \brief Metadata, q and the KV pool (sizes checked against the capacity).
-  void upload(HostProblem const &problem) override;
+  /// \brief q rows and the KV pool (sizes checked against the capacity), ordered on stream().
+  void uploadQueries(std::vector<uint16_t> const &q) override;
+  void uploadPool(std::vector<uint16_t> const &kv_pool) override;
   /// \brief Every output byte 0xff (a bf16 NaN), so unwritten elements are detected.
   void poisonOutput() override;
   std::vector<uint16_t> downloadOutput() override;

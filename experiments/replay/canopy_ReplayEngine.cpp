@@ -120,9 +120,10 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, Combo const &k, 
     RowAccumulator &acc = per_bucket[size];
     std::unique_ptr<BatchStorage> storage;
     bool prepared = false;
+    std::vector<uint16_t> const *shared_pool = src.sharedPool();
     for (int64_t s : bucket.steps)
     {
-      HostProblem p = src.problem(s, k.mask);
+      HostProblem p = src.stepWithoutPool(s, k.mask);
       padBatch(p.meta, bucket.size);
       if (!storage)
       {
@@ -141,10 +142,18 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, Combo const &k, 
           break;
         }
         storage = makeBatchStorage(design->memory(), bucket.capacity);
+        if (shared_pool)
+          storage->uploadPool(*shared_pool);
       }
       else if (p.num_slots > bucket.capacity.num_slots)
         throw InputError(src.label() + ": step " + std::to_string(s) + " needs a larger KV pool than earlier steps");
-      storage->upload(p);
+      if (shared_pool)
+      {
+        storage->setMetadata(p.meta, p.shape);
+        storage->uploadQueries(p.q);
+      }
+      else
+        storage->upload(p);
       if (!prepared)
       {
         // Eager warm-up first (module load, scratch growth, 'grow' workspaces), then capture.

@@ -11,7 +11,15 @@ std::vector<double> const &ReferenceCache::get(StepSource const &src, int64_t st
   auto key = std::make_pair(src.label(), step);
   auto it = _cache.find(key);
   if (it == _cache.end())
-    it = _cache.emplace(key, referenceAttention(problem)).first;
+  {
+    BatchRef ref = hostRef(problem);
+    if (std::vector<uint16_t> const *pool = src.sharedPool(); pool && problem.kv_pool.empty())
+    {
+      ref.kv_pool = pool->data();
+      ref.num_slots = static_cast<int64_t>(pool->size() / D_QK);
+    }
+    it = _cache.emplace(key, referenceAttention(ref)).first;
+  }
   return it->second;
 }
 

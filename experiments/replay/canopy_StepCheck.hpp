@@ -16,6 +16,7 @@ namespace canopy
 class ReferenceCache
 {
 public:
+  /// \param problem the step; its pool is \p src.sharedPool() when that is set
   std::vector<double> const &get(StepSource const &src, int64_t step, HostProblem const &problem);
 
 private:

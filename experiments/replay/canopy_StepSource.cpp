@@ -2,7 +2,9 @@
 
 #include "canopy_Config.hpp"
 #include "canopy_Error.hpp"
+#include "canopy_Bf16.hpp"
 #include "canopy_Generator.hpp"
+#include "canopy_Random.hpp"
 
 #ifdef CANOPY_HAVE_TRACE
 #include "canopy_TraceReader.hpp"
@@ -58,7 +60,54 @@ public:
   std::string label() const override { return _label; }
   int64_t numSteps() const override { return _steps; }
   BatchMetadata metadata(int64_t s, MaskLayout layout) const override { return _reader.stepMetadata(s, layout); }
-  HostProblem problem(int64_t s, MaskLayout layout) const override { return _reader.stepProblem(s, layout, _seed); }
+  HostProblem problem(int64_t s, MaskLayout layout) const override
+  {
+    if (recordedValues())
+      return _reader.stepProblem(s, layout, _seed);
+    HostProblem p = stepWithoutPool(s, layout);
+    p.kv_pool = *sharedPool();
+    return p;
+  }
+  std::vector<uint16_t> const *sharedPool() const override
+  {
+    if (recordedValues())
+      return nullptr;
+    if (_pool.empty())
+    {
+      // Seeded values for the slots the trace uses (a recorded pool may be far larger than its
+      // highest slot); generated once, so steps cost only their queries.
+      int64_t used = 0;
+      for (int64_t s = 0; s < _steps; ++s)
+      {
+        BatchMetadata const m = _reader.stepMetadata(s, MaskLayout::kParents);
+        for (int64_t x : m.kv_indices)
+          used = std::max(used, x + 1);
+        for (int64_t x : m.out_cache_loc)
+          used = std::max(used, x + 1);
+      }
+      _pool_slots = std::max<int64_t>(used, 1);
+      _pool.resize(static_cast<size_t>(_pool_slots) * D_QK);
+      SplitMix64 rng(_seed ^ 0x6a09e667f3bcc909ull);
+      for (auto &x : _pool)
+        x = floatToBf16(rng.uniformSigned());
+    }
+    return &_pool;
+  }
+  HostProblem stepWithoutPool(int64_t s, MaskLayout layout) const override
+  {
+    if (recordedValues())
+      return problem(s, layout);
+    sharedPool();
+    HostProblem p;
+    p.shape = _reader.info().shape;
+    p.meta = _reader.stepMetadata(s, layout);
+    p.num_slots = _pool_slots;
+    p.q.resize(static_cast<size_t>(p.meta.numNodes()) * p.shape.num_heads * D_QK);
+    SplitMix64 rng(_seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(s + 1));
+    for (auto &x : p.q)
+      x = floatToBf16(rng.uniformSigned());
+    return p;
+  }
   std::vector<uint16_t> expectedOutput(int64_t s) const override { return _reader.expectedOutput(s); }
   bool recordedValues() const override { return _reader.info().has_values; }
 
@@ -67,6 +116,8 @@ private:
   std::string _label;
   uint64_t _seed;
   int64_t _steps = 0;
+  mutable std::vector<uint16_t> _pool;
+  mutable int64_t _pool_slots = 0;
 };
 #endif
 } // namespace

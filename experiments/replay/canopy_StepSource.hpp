@@ -24,6 +24,11 @@ public:
   /// \brief Recorded expected output of the step (bf16 bits), empty when the source has none.
   virtual std::vector<uint16_t> expectedOutput(int64_t) const { return {}; }
   virtual bool recordedValues() const { return false; }
+  /// \brief When every step uses the same KV pool, that pool (generated once, trimmed to the slots
+  /// the source uses); the replay uploads it once per bucket instead of once per step.
+  virtual std::vector<uint16_t> const *sharedPool() const { return nullptr; }
+  /// \brief The step without its pool (kv_pool empty) when sharedPool() is set, else problem().
+  virtual HostProblem stepWithoutPool(int64_t step, MaskLayout layout) const { return problem(step, layout); }
 };
 
 /// \brief One shape of a sweep, \p steps independent seeded problems.
