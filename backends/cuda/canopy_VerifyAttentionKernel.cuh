@@ -76,6 +76,15 @@ __device__ __forceinline__ void namedBarrier(int id, int count)
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+/// 2^x with one MUFU.EX2 (flush-to-zero). exp2f adds a denormal range fix-up of three
+/// instructions per call (seen in the sm_90 SASS); softmax weights below 2^-126 do not matter.
+__device__ __forceinline__ float fastExp2(float x)
+{
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ __forceinline__ uint32_t packBf16(float lo, float hi)
 {
   __nv_bfloat162 const v = __floats2bfloat162_rn(lo, hi);
@@ -135,7 +144,8 @@ struct TileConfig
   static constexpr int BITMAP_BYTES = MAX_TILE_NODES * ANC_WORDS * 8;
   static constexpr int RING_BYTES = 2 * N_TILE * 8;
   static constexpr int PARENT_BYTES = MAX_TREE * 4;
-  static constexpr int SMEM_BYTES = KV_BYTES + V_BYTES + X_BYTES + BITMAP_BYTES + RING_BYTES + PARENT_BYTES;
+  static constexpr int INFO_BYTES = 64;  ///< TileInfo
+  static constexpr int SMEM_BYTES = KV_BYTES + V_BYTES + X_BYTES + BITMAP_BYTES + RING_BYTES + PARENT_BYTES + INFO_BYTES;
   static_assert(SMEM_BYTES <= static_cast<int>(SMEM_LIMIT), "tile exceeds the sm_120 99 KB shared-memory limit");
   static_assert(36 % KSPLIT == 0, "KSPLIT must divide the 36 k16 steps of a 576-wide row");
 };
@@ -162,6 +172,26 @@ __device__ __forceinline__ void forChunks(int tid, Fn &&fn)
   }
 }
 
+/// Per-CTA scalars the KV loop needs now and then (load issue, masked tiles). Kept in shared
+/// memory and re-read where used (volatile), so they do not hold registers across the PV loop:
+/// with 200 accumulator registers live, eight such scalars were what pushed ptxas into spills.
+struct TileInfo
+{
+  int64_t qo0;
+  int kv0, P, T, s0, s1, node_lo, tree_too_big, mt, split;
+};
+
+/// The calling thread's row group, K/V share and fragment row, re-read from threadIdx where
+/// needed (S2R) rather than kept live.
+template <class Cfg>
+__device__ __forceinline__ void threadRole(int &rg, int &kh, int &g)
+{
+  int const warp = threadIdx.x >> 5;
+  rg = warp % Cfg::ROW_GROUPS;
+  kh = warp / Cfg::ROW_GROUPS;
+  g = (threadIdx.x & 31) >> 2;
+}
+
 /// One CTA: rows [mt * M_TILE, +M_TILE) of request \p b (of head \p head when rows are not folded),
 /// KV positions of split \p split. Positions index the concatenation prefix (kv_indices) + tree
 /// (out_cache_loc); a split is a run of whole 32-row tiles.
@@ -183,9 +213,12 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
                                                     Cfg::BITMAP_BYTES);
   int32_t *const sparent = reinterpret_cast<int32_t *>(smem + Cfg::KV_BYTES + Cfg::V_BYTES + Cfg::X_BYTES +
                                                        Cfg::BITMAP_BYTES + Cfg::RING_BYTES);
+  TileInfo *const info_w = reinterpret_cast<TileInfo *>(smem + Cfg::KV_BYTES + Cfg::V_BYTES + Cfg::X_BYTES +
+                                                        Cfg::BITMAP_BYTES + Cfg::RING_BYTES + Cfg::PARENT_BYTES);
+  TileInfo const volatile *const info = info_w;
 
   int const tid = threadIdx.x;
-  int const warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  int const warp = tid >> 5, lane = tid & 31, t4 = lane & 3;
   int const rg = warp % RG, kh = warp / RG;
   constexpr int KS = Cfg::KSPLIT;
   constexpr int PAIRS = Cfg::PAIRS;
@@ -205,7 +238,6 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
   int const P = p.kv_indptr[b + 1] - kv0;
   int const L = P + T;
   int const nsplit = Cfg::FOLD_HEADS ? p.nsplit : 1;
-  bool const direct = nsplit == 1;
   int chunk = (L + nsplit - 1) / nsplit;
   chunk = (chunk + N_TILE - 1) / N_TILE * N_TILE;
   int const s0 = split * chunk;
@@ -249,6 +281,19 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
   node_hi = node_hi < T - 1 ? node_hi : T - 1;
   bool const tree_too_big = T > MAX_TREE;  // outside the plan's bounds: outputs NaN, never silent
   bool const build_vis = s1 > P && !tree_too_big;
+  if (tid == 0)
+  {
+    info_w->qo0 = qo0;
+    info_w->kv0 = kv0;
+    info_w->P = P;
+    info_w->T = T;
+    info_w->s0 = s0;
+    info_w->s1 = s1;
+    info_w->node_lo = node_lo;
+    info_w->tree_too_big = tree_too_big;
+    info_w->mt = mt;
+    info_w->split = split;
+  }
   if (build_vis && p.mask == MaskMode::kParents)
   {
     for (int i = tid; i < T; i += THREADS)
@@ -305,14 +350,16 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
 
   // Per-thread rows: g and g + 8 of the warp's row group.
   bool const rg_valid = tile_row0 + rg * 16 < rows_in_req;
-  // Visibility word offset of each of the thread's two rows; -1 for rows past the request.
-  int vis_row[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-  {
-    int const rr = tile_row0 + rg * 16 + g + h * 8;
-    vis_row[h] = rr < rows_in_req ? ((Cfg::FOLD_HEADS ? rr / H : rr) - node_lo) * Cfg::ANC_WORDS : -1;
-  }
+  // Visibility word offset of the thread's row g + 8h; -1 for rows past the request. Recomputed
+  // where needed (masked tiles, epilogue) instead of held in registers through the loop.
+  auto visRow = [&](int h) -> int {
+    int rg_, kh_, g_;
+    threadRole<Cfg>(rg_, kh_, g_);
+    int const rr = info->mt * M_TILE + rg_ * 16 + g_ + h * 8;
+    int const t = info->T;
+    int const rows = Cfg::FOLD_HEADS ? t * p.num_heads : t;
+    return rr < rows ? ((Cfg::FOLD_HEADS ? rr / p.num_heads : rr) - info->node_lo) * Cfg::ANC_WORDS : -1;
+  };
   float const scale = p.sm_scale * LOG2E;
 
   // Output columns of this warp: 16-column blocks [kh * PAIRS, kh * PAIRS + npairs).
@@ -326,7 +373,8 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
 
   int const ntiles = (s1 - s0 + N_TILE - 1) / N_TILE;
   auto indexPtr = [&](int pos) -> int64_t const * {
-    return pos < P ? p.kv_indices + kv0 + pos : p.out_cache_loc + qo0 + (pos - P);
+    int const iP = info->P;
+    return pos < iP ? p.kv_indices + info->kv0 + pos : p.out_cache_loc + info->qo0 + (pos - iP);
   };
   uint32_t const ring_base = smemAddr(ring);
   // Slot indices for tile j land in ring[j & 1] one iteration before its KV rows are requested,
@@ -334,25 +382,31 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
   auto issueIndices = [&](int j) {
     if (tid < N_TILE)
     {
-      int const pos = s0 + j * N_TILE + tid;
-      bool const ok = pos < s1;
-      cpAsync8(ring_base + ((j & 1) * N_TILE + tid) * 8, indexPtr(ok ? pos : s0), ok);
+      int const pos = info->s0 + j * N_TILE + tid;
+      bool const ok = pos < info->s1;
+      cpAsync8(ring_base + ((j & 1) * N_TILE + tid) * 8, indexPtr(ok ? pos : info->s0), ok);
     }
+  };
+  // Slots are < 2^32 (checked on the host), so a row address is one 32 x 32 -> 64-bit multiply-add
+  // instead of the 64-bit product (six instructions per copy in the first version's SASS).
+  auto rowAddr = [&](int64_t slot, int ch) -> void const * {
+    return reinterpret_cast<char const *>(p.kv_pool) +
+           static_cast<uint64_t>(static_cast<uint32_t>(slot)) * static_cast<uint32_t>(2 * p.kv_row_stride) + ch * 16;
   };
   auto issueKV = [&](int j, uint32_t dst) {
     int64_t const *slots = ring + (j & 1) * N_TILE;
+    int const rows = info->s1 - info->s0 - j * N_TILE;  // valid rows of tile j
     forChunks<N_TILE, Cfg::QK_CHUNKS, THREADS, Cfg::LOAD_UNROLL>(tid, [&](int r, int ch) {
-      bool const ok = s0 + j * N_TILE + r < s1;
-      int64_t const slot = ok ? slots[r] : 0;
-      cpAsync16(dst + r * KVB + ch * 16, p.kv_pool + slot * p.kv_row_stride + ch * 8, ok);
+      bool const ok = r < rows;
+      cpAsync16(dst + r * KVB + ch * 16, rowAddr(ok ? slots[r] : 0, ch), ok);
     });
   };
   auto issueV = [&](int j, uint32_t dst) {
     int64_t const *slots = ring + (j & 1) * N_TILE;
+    int const rows = info->s1 - info->s0 - j * N_TILE;
     forChunks<N_TILE, Cfg::V_CHUNKS, THREADS, Cfg::LOAD_UNROLL>(tid, [&](int r, int ch) {
-      bool const ok = s0 + j * N_TILE + r < s1;
-      int64_t const slot = ok ? slots[r] : 0;
-      cpAsync16(dst + r * Cfg::V_ROW_BYTES + ch * 16, p.kv_pool + slot * p.kv_row_stride + ch * 8, ok);
+      bool const ok = r < rows;
+      cpAsync16(dst + r * Cfg::V_ROW_BYTES + ch * 16, rowAddr(ok ? slots[r] : 0, ch), ok);
     });
   };
 
@@ -398,48 +452,48 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
       }
       s[n][0] = acc.x, s[n][1] = acc.y, s[n][2] = acc.z, s[n][3] = acc.w;
     }
-    int const col0 = s0 + j * N_TILE;
-    bool const need_mask = col0 + N_TILE > P || col0 + N_TILE > s1;
+    int const col0 = info->s0 + j * N_TILE;
+    int const pre = info->P - col0;   // prefix columns in this tile (may be <= 0 or >= 32)
+    int const lim = info->s1 - col0;  // valid columns in this tile (>= 1)
+    bool const need_mask = pre < N_TILE || lim < N_TILE;
     // One 32-bit window per row: bit c = column col0 + c is visible (prefix, or a visible tree
     // column, and inside the split). Two shared loads per row instead of one per score keep the
     // temporaries of the masked tiles from pushing the 200 accumulator registers into spills.
-    uint32_t vm[2] = {~0u, ~0u};
     if (need_mask)
     {
-      int const pre = P - col0;    // prefix columns in this tile (may be <= 0 or >= 32)
-      int const lim = s1 - col0;   // valid columns in this tile (>= 1)
+      uint32_t vm[2];
       uint32_t const in_split = lim >= 32 ? ~0u : (1u << lim) - 1u;
       uint32_t const prefix = pre >= 32 ? ~0u : pre <= 0 ? 0u : (1u << pre) - 1u;
 #pragma unroll
       for (int h = 0; h < 2; ++h)
       {
         uint32_t tree = 0;
-        int const vr = vis_row[h];
-        if (vr >= 0 && pre < 32 && !tree_too_big)
+        int const vr = visRow(h);
+        if (vr >= 0 && pre < 32 && !info->tree_too_big)
         {
           int const start = -pre;  // tree index of column 0 of the tile
           if (start >= 0)
           {
             int const w = start >> 6, sh = start & 63;
             uint64_t bits = bitmap[vr + w] >> sh;
-            if (sh > 32 && (w + 1) * 64 < T)
+            if (sh > 32 && (w + 1) * 64 < info->T)
               bits |= bitmap[vr + w + 1] << (64 - sh);
             tree = static_cast<uint32_t>(bits);
           }
           else
             tree = static_cast<uint32_t>(bitmap[vr] << -start);  // -start < 32
         }
-        vm[h] = vr >= 0 ? (prefix | tree) & in_split : 0u;
+        // Shifted by this thread's column offset once, so each score tests a constant bit.
+        vm[h] = (vr >= 0 ? (prefix | tree) & in_split : 0u) >> (t4 * 2);
       }
+#pragma unroll
+      for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          s[n][e] = (vm[e >> 1] >> (n * 8 + (e & 1))) & 1u ? s[n][e] : NEG_INF;
     }
-#pragma unroll
-    for (int n = 0; n < 4; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-      {
-        bool const ok = (vm[e >> 1] >> (n * 8 + t4 * 2 + (e & 1))) & 1u;
-        s[n][e] = ok ? s[n][e] * scale : NEG_INF;
-      }
+    // Scores stay unscaled: scale > 0 keeps the max where it is, and the scale is folded into
+    // the exponent's FFMA below (16 multiplies per tile fewer).
     float mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll
     for (int n = 0; n < 4; ++n)
@@ -453,9 +507,16 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
     {
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-      float const mnew = fmaxf(m[h], mx[h]);
-      // A row with nothing visible yet keeps m = -inf; guard the -inf - -inf = NaN case.
-      alpha[h] = mnew == NEG_INF ? 1.f : exp2f(m[h] - mnew);
+      mx[h] *= scale;  // log2 units from here on (-inf stays -inf)
+      // Lazy rescaling: the reference max m moves only when a score exceeds it by more than
+      // RESCALE_SLACK (log2 units), so weights stay <= 2^8 (exact in fp32, fine in bf16) and the
+      // 128 multiplies per thread of rescaling O run a few times per split instead of every tile
+      // (they were 181 of ~940 instructions per warp and tile). m = -inf (nothing visible yet)
+      // always moves; -inf - -inf = NaN is avoided by msub.
+      constexpr float RESCALE_SLACK = 8.f;
+      bool const move = mx[h] > m[h] + RESCALE_SLACK || m[h] == NEG_INF;
+      float const mnew = move ? fmaxf(m[h], mx[h]) : m[h];
+      alpha[h] = mnew == NEG_INF || mnew == m[h] ? 1.f : fastExp2(m[h] - mnew);
       msub[h] = mnew == NEG_INF ? 0.f : mnew;
       m[h] = mnew;
       l[h] *= alpha[h];
@@ -463,20 +524,23 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
 #pragma unroll
     for (int n = 0; n < 4; ++n)
     {
-      s[n][0] = exp2f(s[n][0] - msub[0]);
-      s[n][1] = exp2f(s[n][1] - msub[0]);
-      s[n][2] = exp2f(s[n][2] - msub[1]);
-      s[n][3] = exp2f(s[n][3] - msub[1]);
+      s[n][0] = fastExp2(fmaf(s[n][0], scale, -msub[0]));
+      s[n][1] = fastExp2(fmaf(s[n][1], scale, -msub[0]));
+      s[n][2] = fastExp2(fmaf(s[n][2], scale, -msub[1]));
+      s[n][3] = fastExp2(fmaf(s[n][3], scale, -msub[1]));
       l[0] += s[n][0] + s[n][1];
       l[1] += s[n][2] + s[n][3];
     }
-#pragma unroll
-    for (int n = 0; n < 2 * PAIRS; ++n)
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))
     {
-      o[n][0] *= alpha[0];
-      o[n][1] *= alpha[0];
-      o[n][2] *= alpha[1];
-      o[n][3] *= alpha[1];
+#pragma unroll
+      for (int n = 0; n < 2 * PAIRS; ++n)
+      {
+        o[n][0] *= alpha[0];
+        o[n][1] *= alpha[0];
+        o[n][2] *= alpha[1];
+        o[n][3] *= alpha[1];
+      }
     }
 #pragma unroll
     for (int kk = 0; kk < 2; ++kk)
@@ -494,7 +558,9 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
 #pragma unroll
       for (int np = 0; np < PAIRS; ++np)
       {
-        if (np < npairs)
+        // With KSPLIT dividing 32 every warp owns exactly PAIRS blocks: no run-time guard (a guard
+        // here put a predicated WARPSYNC and an address rebuild around every pair in the SASS).
+        if (32 % KS == 0 || np < npairs)
         {
           uint32_t vb[4];
           ldmatrixX4Trans(vb, vbuf + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * VB +
@@ -548,8 +614,8 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
       __syncthreads();  // previous tile fully consumed
       if (tid < N_TILE)
       {
-        int const pos = s0 + j * N_TILE + tid;
-        ring[(j & 1) * N_TILE + tid] = pos < s1 ? *indexPtr(pos) : 0;
+        int const pos = info->s0 + j * N_TILE + tid;
+        ring[(j & 1) * N_TILE + tid] = pos < info->s1 ? *indexPtr(pos) : 0;
       }
       __syncthreads();
       issueKV(j, kv_base);
@@ -578,28 +644,34 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
 #pragma unroll
   for (int h = 0; h < 2; ++h)
   {
-    int const rr = tile_row0 + rg * 16 + g + h * 8;
-    if (rr >= rows_in_req)
-      continue;
-    int64_t const gr = globalRow(rr);
-    float const inv = tree_too_big ? __int_as_float(0x7fc00000) : 1.f / l[h];
-    if (direct)
+    if (visRow(h) < 0)
+      continue;  // row past the request
+    // Row and flags re-derived from the block index and TileInfo rather than kept live in
+    // registers through the KV loop.
+    int rg_, kh_, g_;
+    threadRole<Cfg>(rg_, kh_, g_);
+    int const rr = info->mt * M_TILE + rg_ * 16 + g_ + h * 8;
+    int64_t const qo = info->qo0;
+    int64_t const gr = Cfg::FOLD_HEADS ? qo * p.num_heads + rr : (qo + rr) * p.num_heads + head;
+    float const inv = info->tree_too_big ? __int_as_float(0x7fc00000) : 1.f / l[h];
+    if (p.nsplit == 1 || !Cfg::FOLD_HEADS)
     {
-      uint16_t *orow = p.out + gr * p.out_row_stride + pair0 * 16 + t4 * 2;
+      uint16_t *orow = p.out + gr * p.out_row_stride + kh_ * PAIRS * 16 + t4 * 2;
 #pragma unroll
       for (int n = 0; n < 2 * PAIRS; ++n)
-        if (n < 2 * npairs)
+        if (32 % KS == 0 || n < 2 * npairs)
           *reinterpret_cast<uint32_t *>(orow + n * 8) = packBf16(o[n][h * 2] * inv, o[n][h * 2 + 1] * inv);
     }
     else if (gr < p.partial_rows)
     {
-      PartialT *prow = static_cast<PartialT *>(p.partial_o) + (gr * nsplit + split) * 512 + pair0 * 16 + t4 * 2;
+      int const sp = info->split;
+      PartialT *prow = static_cast<PartialT *>(p.partial_o) + (gr * nsplit + sp) * 512 + kh_ * PAIRS * 16 + t4 * 2;
 #pragma unroll
       for (int n = 0; n < 2 * PAIRS; ++n)
-        if (n < 2 * npairs)
+        if (32 % KS == 0 || n < 2 * npairs)
           PartialStore<PartialT>::pair(prow + n * 8, o[n][h * 2] * inv, o[n][h * 2 + 1] * inv);
-      if (kh == 0 && t4 == 0)
-        p.partial_lse[gr * nsplit + split] = m[h] + log2f(l[h]);
+      if (kh_ == 0 && t4 == 0)
+        p.partial_lse[gr * nsplit + sp] = m[h] + log2f(l[h]);
     }
   }
 }

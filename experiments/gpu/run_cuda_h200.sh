@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Checks and measurements of the CUDA designs on a GPU machine, from binaries built on another
+# machine (DESIGN.md §6): experiments/gpu/run_cuda_h200.sh checks|measure <bin-dir> <lib-dir> <out-dir>
+#   checks : GPU test suite, compute-sanitizer memcheck + racecheck on a small grid, SASS summary
+#   measure: benchVerifyCuda sweep (designs, mask layouts, workspace strategies) + PyTorch reference
+# <bin-dir> holds canopy_Test_VerifyAttentionCuda and canopy_Bench_VerifyCuda, <lib-dir> the
+# shared libraries the GPU machine lacks (libtrilinos_kokkoscore). Numbers from an H200 are an
+# sm_90 proxy for the sm_120 design target.
+set -uo pipefail
+mode=$1 bin=$2 lib=$3 out=$4
+mkdir -p "$out"
+cublas=$(find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -1)
+export LD_LIBRARY_PATH="$lib:${cublas:+$(dirname "$cublas"):}${LD_LIBRARY_PATH:-}"
+test_bin=$bin/canopy_Test_VerifyAttentionCuda
+bench_bin=$bin/canopy_Bench_VerifyCuda
+here=$(cd "$(dirname "$0")/../.." && pwd)
+
+if [ "$mode" = checks ]; then
+  { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv; echo; } > "$out/run.log"
+  timeout 120 "$test_bin" > "$out/tests.log" 2>&1
+  echo "tests exit $?" | tee -a "$out/run.log"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$out/tests.log" | tee -a "$out/run.log"
+  small='Shapes/CudaGrid.*/P0_T1:Shapes/CudaGrid.*/PlessNsplit:Shapes/CudaGrid.*/H3:Shapes/CudaGrid.*/T65:Strategies/CudaGraph.*/sm120_percall_tree:Strategies/CudaGraph.*/flat_persistent_parents'
+  tiny='Shapes/CudaGrid.*/PlessNsplit:Shapes/CudaGrid.*/H3'
+  { echo "== memcheck ($small)"; timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$test_bin" --gtest_filter="$small" 2>&1 | grep -vE "^\[ +(RUN|OK) "; echo "memcheck exit ${PIPESTATUS[0]}";
+    echo "== racecheck ($tiny)"; timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 "$test_bin" --gtest_filter="$tiny" 2>&1 | grep -vE "^\[ +(RUN|OK) "; echo "racecheck exit ${PIPESTATUS[0]}"; } > "$out/sanitizer.log" 2>&1
+  grep -E "exit|ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$out/sanitizer.log" | tee -a "$out/run.log"
+  for arch in sm_90 sm_120; do
+    echo "== SASS $arch: instruction counts per kernel" >> "$out/run.log"
+    cuobjdump -sass -arch "$arch" "$bench_bin" 2>/dev/null | awk '/Function :/{f=$3; n[f]=0} /HMMA/{h[f]++} /LDSM/{l[f]++} /LDGSTS/{g[f]++} /LDL/{ll[f]++} /STL/{s[f]++} /HGMMA|UTMALDG/{w[f]++} END{for (k in n) printf "%-90s HMMA=%d LDSM=%d LDGSTS=%d LDL=%d STL=%d wgmma/tma=%d\n", k, h[k], l[k], g[k], ll[k], s[k], w[k]}' >> "$out/run.log"
+  done
+  tail -8 "$out/run.log"
+elif [ "$mode" = measure ]; then
+  { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv; echo; } > "$out/run.log"
+  timeout 300 "$bench_bin" --out "$out/bench.jsonl" >> "$out/run.log" 2>&1; echo "bench exit $?" >> "$out/run.log"
+  timeout 120 "$bench_bin" --designs cuda-sm120 --masks tree,parents --out "$out/masks.jsonl" >> "$out/run.log" 2>&1; echo "masks exit $?" >> "$out/run.log"
+  timeout 90 "$bench_bin" --designs cuda-sm120 --workspaces per-call,grow --batches 1,8 --trees 33 --prefixes 4096,65536 --out "$out/ws.jsonl" >> "$out/run.log" 2>&1; echo "workspaces exit $?" >> "$out/run.log"
+  cat "$out/ws.jsonl" >> "$out/masks.jsonl" 2>/dev/null; rm -f "$out/ws.jsonl"
+  PYTHONUNBUFFERED=1 timeout 240 python3 "$here/experiments/peers/torch_reference.py" --out "$out/torch.jsonl" >> "$out/run.log" 2>&1; echo "torch exit $?" >> "$out/run.log"
+  python3 "$here/experiments/peers/torch_reference.py" --merge "$out/bench.jsonl" "$out/torch.jsonl" > "$out/table.md" 2>&1
+  grep -E "exit|peaks|device" "$out/run.log"; cat "$out/table.md"
+else
+  echo "usage: $0 checks|measure <bin-dir> <lib-dir> <out-dir>" >&2
+  exit 2
+fi
