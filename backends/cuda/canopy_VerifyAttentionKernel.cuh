@@ -110,8 +110,10 @@ template <> struct PartialStore<__nv_bfloat16>
 // share of the 512 output columns as fp32 accumulators. The KSPLIT partial score tiles are summed
 // through shared memory, so all warps of a row group hold the same scores and run the same online
 // softmax. Q stays out of shared memory: a 64 x 576 bf16 Q tile (72 KB) plus two KV stages would
-// not fit the 99 KB sm_120 limit. Registers per thread: KSPLIT = 2 needs 72 (Q) + 128 (O) and
-// spilled (ptxas: 164 B of spill stores at 255 registers); KSPLIT = 3 needs 48 + 88.
+// not fit the 99 KB sm_120 limit. Registers per thread for KSPLIT = 2: 72 (Q) + 128 (O) + 16
+// (scores) of the 255 a thread may hold when the CTA has 8 warps (2 per sub-partition). KSPLIT = 3
+// (48 + 88) needs 12 warps for 64 rows, or 9 for 48, which caps a thread at 168 registers (the
+// register file is split over 4 sub-partitions): ptxas spilled 508 B there.
 // ---------------------------------------------------------------------------------------------
 template <int ROW_GROUPS_, int KSPLIT_, bool FOLD_HEADS_, bool SEPARATE_V_>
 struct TileConfig
@@ -138,7 +140,7 @@ struct TileConfig
   static constexpr int Q_STAGE_BYTES = M_TILE * KV_ROW_BYTES;  // Q is staged through the KV stages once
   static constexpr int KV_BYTES = KV_STAGES * KV_STAGE_BYTES > Q_STAGE_BYTES ? KV_STAGES * KV_STAGE_BYTES : Q_STAGE_BYTES;
   static constexpr int V_BYTES = SEPARATE_V ? N_TILE * V_ROW_BYTES : 0;
-  static constexpr int X_BYTES = WARPS * 16 * N_TILE * 4;  ///< score halves exchanged between paired warps
+  static constexpr int X_BYTES = WARPS * 16 * N_TILE * 4;  ///< partial scores exchanged within a row group
   static constexpr int MAX_TILE_NODES = M_TILE;           ///< H = 1 puts M_TILE nodes in a tile
   static constexpr int ANC_WORDS = MAX_TREE / 64;
   static constexpr int BITMAP_BYTES = MAX_TILE_NODES * ANC_WORDS * 8;
@@ -174,7 +176,8 @@ __device__ __forceinline__ void forChunks(int tid, Fn &&fn)
 
 /// Per-CTA scalars the KV loop needs now and then (load issue, masked tiles). Kept in shared
 /// memory and re-read where used (volatile), so they do not hold registers across the PV loop:
-/// with 200 accumulator registers live, eight such scalars were what pushed ptxas into spills.
+/// with 200 accumulator registers live, such scalars were what pushed ptxas into spills (down
+/// from 24 B to none on sm_120 and 8 B on sm_90, see docs/results/cuda-ptxas.md).
 struct TileInfo
 {
   int64_t qo0;
