@@ -97,7 +97,8 @@ HostProblem generateProblem(GeneratorOptions const &opt)
   }
   problem.meta = buildMetadata(requests, opt.mask_layout);
   padBatch(problem.meta, opt.batch + opt.padded_rows);
-  fillRandomValues(problem, opt.seed ^ 0x5bd1e995ull);
+  if (opt.with_values)
+    fillRandomValues(problem, opt.seed ^ 0x5bd1e995ull);
   return problem;
 }
 } // namespace canopy

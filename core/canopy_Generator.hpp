@@ -21,6 +21,7 @@ struct GeneratorOptions
   double pool_slack = 1.5;   ///< pool rows / rows needed; > 1 leaves holes, so slots fragment
   double mean_run = 16.0;    ///< mean length of runs of consecutive slots (fragmentation)
   uint64_t seed = 1;
+  bool with_values = true;   ///< false: metadata only (q and the pool left empty), for sizing
 };
 
 /// \brief A DDTree-like draft tree of \p size nodes: a spine (the drafter's top-1 path) with side

@@ -81,6 +81,7 @@ std::map<int, Bucket> bucketize(StepSource const &src, ExperimentConfig const &c
     b.bounds.max_prefix = std::max(b.bounds.max_prefix, m.maxPrefixLen());
     b.bounds.max_nodes = std::max(b.bounds.max_nodes, m.numNodes());
     b.bounds.mask_layout = mask;
+    b.capacity.num_slots = std::max(b.capacity.num_slots, src.numSlots(s));
   }
   return buckets;
 }
@@ -95,7 +96,34 @@ struct RowAccumulator
   std::string note;
 };
 
-void runCombo(ExperimentConfig const &c, StepSource const &src, Combo const &k, ReferenceCache &refs, ResultRow &row,
+/// The last step made, kept across designs: synthetic steps at long context take seconds to
+/// generate (a pool of millions of rows), and every design of a combination needs the same one.
+class StepCache
+{
+public:
+  HostProblem const &get(StepSource const &src, int64_t step, MaskLayout mask)
+  {
+    if (!_valid || _src != &src || _step != step || _mask != mask)
+    {
+      _problem = src.stepWithoutPool(step, mask);
+      _src = &src;
+      _step = step;
+      _mask = mask;
+      _valid = true;
+    }
+    return _problem;
+  }
+
+private:
+  HostProblem _problem;
+  StepSource const *_src = nullptr;
+  int64_t _step = -1;
+  MaskLayout _mask = MaskLayout::kFull;
+  bool _valid = false;
+};
+
+void runCombo(ExperimentConfig const &c, StepSource const &src, Combo const &k, ReferenceCache &refs, StepCache &steps,
+              ResultRow &row,
               std::map<int, RowAccumulator> &per_bucket, std::function<void(int64_t)> const &tick)
 {
   DesignPtr design = makeDesign(k.design);
@@ -123,11 +151,11 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, Combo const &k, 
     std::vector<uint16_t> const *shared_pool = src.sharedPool();
     for (int64_t s : bucket.steps)
     {
-      HostProblem p = src.stepWithoutPool(s, k.mask);
-      padBatch(p.meta, bucket.size);
+      HostProblem const &p = steps.get(src, s, k.mask);
+      BatchMetadata meta = p.meta;  // padded to the bucket, as the graph runner pads
+      padBatch(meta, bucket.size);
       if (!storage)
       {
-        bucket.capacity.num_slots = p.num_slots;
         bucket.capacity.num_heads = p.shape.num_heads;
         bucket.bounds.num_heads = p.shape.num_heads;
         try
@@ -145,15 +173,10 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, Combo const &k, 
         if (shared_pool)
           storage->uploadPool(*shared_pool);
       }
-      else if (p.num_slots > bucket.capacity.num_slots)
-        throw InputError(src.label() + ": step " + std::to_string(s) + " needs a larger KV pool than earlier steps");
-      if (shared_pool)
-      {
-        storage->setMetadata(p.meta, p.shape);
-        storage->uploadQueries(p.q);
-      }
-      else
-        storage->upload(p);
+      storage->setMetadata(meta, p.shape);
+      storage->uploadQueries(p.q);
+      if (!shared_pool)
+        storage->uploadPool(p.kv_pool);
       if (!prepared)
       {
         // Eager warm-up first (module load, scratch growth, 'grow' workspaces), then capture.
@@ -163,7 +186,7 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, Combo const &k, 
         prepared = true;
       }
       if (stepChecked(c.seed, s, c.check_rate) &&
-          (c.max_check_flops <= 0 || costOf(p.meta, p.shape.num_heads).flops <= static_cast<double>(c.max_check_flops)))
+          (c.max_check_flops <= 0 || costOf(meta, p.shape.num_heads).flops <= static_cast<double>(c.max_check_flops)))
       {
         storage->poisonOutput();
         exec.timeRun(*design, *storage, k.mode, false);
@@ -185,7 +208,7 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, Combo const &k, 
         std::vector<double> t;
         for (int r = 0; r < c.repetitions; ++r)
           t.push_back(exec.timeRun(*design, *storage, k.mode, k.l2_flush));
-        Cost const cost = costOf(p.meta, p.shape.num_heads);
+        Cost const cost = costOf(meta, p.shape.num_heads);
         acc.samples.insert(acc.samples.end(), t.begin(), t.end());
         acc.step_medians.push_back(summarize(t).median);
         acc.flops += cost.flops;
@@ -251,6 +274,7 @@ ResultSet runExperiment(ExperimentConfig const &c, ProgressFn const &progress)
   };
   std::set<MemoryKind> kinds;
   ReferenceCache refs;
+  StepCache steps;
   for (auto const &src : sources)
     for (auto const &k : all)
     {
@@ -263,7 +287,7 @@ ResultSet runExperiment(ExperimentConfig const &c, ProgressFn const &progress)
       base.mode = toString(k.mode);
       base.l2_flush = k.l2_flush;
       std::map<int, RowAccumulator> per_bucket;
-      runCombo(c, *src, k, refs, base, per_bucket, tick);
+      runCombo(c, *src, k, refs, steps, base, per_bucket, tick);
       kinds.insert(makeDesign(k.design)->memory());
       if (base.status == "skipped")
       {

@@ -28,16 +28,19 @@ public:
            (_opt.pool_slack <= 1.0 && _opt.mean_run >= 1e9 ? " compacted" : "");
   }
   int64_t numSteps() const override { return _steps; }
-  BatchMetadata metadata(int64_t s, MaskLayout layout) const override { return problem(s, layout).meta; }
-  HostProblem problem(int64_t s, MaskLayout layout) const override
+  BatchMetadata metadata(int64_t s, MaskLayout layout) const override { return make(s, layout, false).meta; }
+  int64_t numSlots(int64_t s) const override { return make(s, MaskLayout::kParents, false).num_slots; }
+  HostProblem problem(int64_t s, MaskLayout layout) const override { return make(s, layout, true); }
+
+private:
+  HostProblem make(int64_t s, MaskLayout layout, bool values) const
   {
     GeneratorOptions o = _opt;
     o.mask_layout = layout;
     o.seed = _opt.seed + 1000003ull * static_cast<uint64_t>(s);
+    o.with_values = values;
     return generateProblem(o);
   }
-
-private:
   static std::string prefixLabel(int64_t p)
   {
     return (p >= 1024 && p % 1024 == 0) ? std::to_string(p / 1024) + "K" : std::to_string(p);
@@ -60,6 +63,13 @@ public:
   std::string label() const override { return _label; }
   int64_t numSteps() const override { return _steps; }
   BatchMetadata metadata(int64_t s, MaskLayout layout) const override { return _reader.stepMetadata(s, layout); }
+  int64_t numSlots(int64_t) const override
+  {
+    if (recordedValues())
+      return _reader.info().num_slots;
+    sharedPool();
+    return _pool_slots;
+  }
   HostProblem problem(int64_t s, MaskLayout layout) const override
   {
     if (recordedValues())

@@ -19,6 +19,8 @@ public:
   virtual int64_t numSteps() const = 0;
   /// \brief Metadata only (cheap): used to size buckets before any values are made.
   virtual BatchMetadata metadata(int64_t step, MaskLayout layout) const = 0;
+  /// \brief Rows of the KV pool the step needs (sizes the bucket's pool buffer).
+  virtual int64_t numSlots(int64_t step) const = 0;
   /// \brief Metadata + values (recorded, or seeded so every design sees identical inputs).
   virtual HostProblem problem(int64_t step, MaskLayout layout) const = 0;
   /// \brief Recorded expected output of the step (bf16 bits), empty when the source has none.
