@@ -45,7 +45,7 @@ struct PlanBounds
 /// \brief Knobs shared by designs; a design ignores what does not apply to it.
 struct DesignOptions
 {
-  int nsplit = 16;           ///< KV splits per request (split-K)
+  int nsplit = 16;           ///< KV splits per request (split-K); 0 = the design chooses from the plan bounds
   WorkspaceStrategy workspace = WorkspaceStrategy::kPersistent;
   bool strict = false;       ///< a fallback to another path is an error instead of a recorded fact
 };

@@ -50,9 +50,9 @@ public:
     if (bounds.max_prefix + bounds.max_tree > (int64_t{1} << 30))
       throw InputError(who + "prefix + tree length " + std::to_string(bounds.max_prefix + bounds.max_tree) +
                        " exceeds 2^30 (32-bit request-local positions)");
-    if (!_flat && (options.nsplit < 1 || options.nsplit > MAX_NSPLIT))
+    if (!_flat && (options.nsplit < 0 || options.nsplit > MAX_NSPLIT))
       throw InputError(who + "nsplit " + std::to_string(options.nsplit) + " outside [1, " +
-                       std::to_string(MAX_NSPLIT) + "]");
+                       std::to_string(MAX_NSPLIT) + "] (0 = auto)");
     DeviceInfo const dev = deviceInfo(currentDevice());
     size_t const smem = _flat ? flatSharedBytes() : sm120SharedBytes();
     if (dev.smem_per_block_optin < smem)
@@ -61,7 +61,8 @@ public:
     check(prepareVerifyKernels(), "cudaFuncSetAttribute (verify kernels)");
     _bounds = bounds;
     _options = options;
-    _nsplit = _flat ? 1 : options.nsplit;
+    // nsplit 0 = auto: chosen from the plan bounds and the SM count only, so it is capture-safe.
+    _nsplit = _flat ? 1 : options.nsplit > 0 ? options.nsplit : suggestNsplit(bounds, dev.sm_count, _bf16);
     _planned = true;
     _path = name() + "/" + (_flat ? std::string("mma-flat") : _nsplit == 1 ? std::string("mma-direct")
                                                                            : "mma-split" + std::to_string(_nsplit) +

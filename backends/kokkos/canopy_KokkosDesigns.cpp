@@ -17,6 +17,18 @@ namespace
 using ExecSpace = Kokkos::DefaultExecutionSpace;
 using MemSpace = ExecSpace::memory_space;
 
+/// nsplit 0 = auto, from the bounds and the space only: enough splits that every execution unit
+/// has a team (the combine pass is small next to a prefix walk). On one host core splits only add
+/// work (measured 5-20% at 16, docs/results/kokkos-host.md), so auto is 1 there.
+inline int autoNsplit(PlanBounds const &bounds, int nsplit)
+{
+  if (nsplit > 0)
+    return nsplit;
+  int const units = ExecSpace().concurrency();
+  int const requests = std::max(1, bounds.max_batch);
+  return std::max(1, std::min(64, (units + requests - 1) / requests));
+}
+
 template <class Flavor>
 class KokkosDesign final : public Design
 {
@@ -29,7 +41,7 @@ public:
     if (options.strict && !verifyFlavorCompiled<ExecSpace, Flavor>())
       throw InputError(name() + ": not compiled for " + std::string(ExecSpace::name()) +
                        " in this build (strict mode forbids the fallback to " + TeamTiles::name() + ")");
-    _plan = Impl::planVerify<ExecSpace>(bounds, options.nsplit, options.strict);
+    _plan = Impl::planVerify<ExecSpace>(bounds, autoNsplit(bounds, options.nsplit), options.strict);
     _bounds = bounds;
     _strategy = options.workspace;
     _ws = VerifyWorkspace<MemSpace>();

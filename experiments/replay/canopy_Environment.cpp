@@ -37,7 +37,10 @@ std::string gitDescribe()
   std::string const dir = CANOPY_SOURCE_DIR;
   std::string h = runCommand("git -C '" + dir + "' rev-parse --short=12 HEAD 2>/dev/null");
   if (h.empty())
-    return "unknown";
+  {
+    std::string const configured = CANOPY_GIT_CONFIGURED;
+    return configured.empty() ? "unknown" : configured + " (configured; no checkout at run time)";
+  }
   if (!runCommand("git -C '" + dir + "' status --porcelain --untracked-files=no 2>/dev/null").empty())
     h += "-dirty";
   return h;

@@ -282,7 +282,7 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
     for (size_t i = 0; i < masks.size(); ++i)
       c.masks.push_back(parseMaskLayout(masks[i], "options.mask[" + std::to_string(i) + "]"));
     r.getList("nsplit", c.nsplit);
-    requireAtLeast(c.nsplit, 1, "options.nsplit");
+    requireAtLeast(c.nsplit, 0, "options.nsplit");  // 0 = auto (the design chooses from the bounds)
     r.getList("workspace", ws);
     if (!ws.empty())
       c.workspace.clear();

@@ -59,7 +59,7 @@ TableLayout layoutOf(ResultSet const &rs, bool latex)
       {"input", [](auto const &r) { return r.input; }},
       {"group", [](auto const &r) { return r.group; }},
       {"mask", [](auto const &r) { return r.mask; }},
-      {"NSPLIT", [](auto const &r) { return std::to_string(r.nsplit); }},
+      {"NSPLIT", [](auto const &r) { return r.nsplit > 0 ? std::to_string(r.nsplit) : std::string("auto"); }},
       {"workspace", [](auto const &r) { return r.workspace; }},
       {"mode", [](auto const &r) { return r.mode; }},
       {"L2 flush", [](auto const &r) { return std::string(r.l2_flush ? "yes" : "no"); }},

@@ -93,7 +93,7 @@ TEST(ExperimentConfig, badConfigsNameTheKey)
 {
   expectBad(kMinimal + "[experimnt]\nname = \"x\"\n", "experimnt: unknown key");
   expectBad(kMinimal + "[options]\nnsplits = [4]\n", "options.nsplits: unknown key");
-  expectBad(kMinimal + "[options]\nnsplit = [4, 0]\n", "options.nsplit[1]: must be >= 1");
+  expectBad(kMinimal + "[options]\nnsplit = [4, -1]\n", "options.nsplit[1]: must be >= 0");
   expectBad(kMinimal + "[options]\nmask = [\"full\", \"diagonal\"]\n", "options.mask[1]");
   expectBad(kMinimal + "[options]\nworkspace = \"forever\"\n", "options.workspace[0]");
   expectBad(kMinimal + "[options]\nmode = [\"lazy\"]\n", "options.mode[0]");
