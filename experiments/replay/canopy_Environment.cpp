@@ -2,6 +2,7 @@
 
 #include "canopy_Config.hpp"
 #include "canopy_Executor.hpp"
+#include "canopy_GitHash.hpp"
 #include "canopy_KokkosCompat.hpp"
 
 #include <array>
@@ -38,8 +39,8 @@ std::string gitDescribe()
   std::string h = runCommand("git -C '" + dir + "' rev-parse --short=12 HEAD 2>/dev/null");
   if (h.empty())
   {
-    std::string const configured = CANOPY_GIT_CONFIGURED;
-    return configured.empty() ? "unknown" : configured + " (configured; no checkout at run time)";
+    std::string const built = CANOPY_GIT_BUILT;
+    return built.empty() ? "unknown" : built + " (at build; no checkout at run time)";
   }
   if (!runCommand("git -C '" + dir + "' status --porcelain --untracked-files=no 2>/dev/null").empty())
     h += "-dirty";
