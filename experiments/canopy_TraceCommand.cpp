@@ -9,98 +9,22 @@
 #include "canopy_TraceStats.hpp"
 #include "canopy_TraceWriter.hpp"
 
-#include <toml++/toml.h>
+#include "canopy_TomlTable.hpp"
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <set>
+#include <sstream>
 
 namespace canopy::cli
 {
 namespace
 {
-/// A TOML table read with key paths in every error; keys nobody asked for are rejected by finish().
-class Table
-{
-public:
-  Table(toml::table const *t, std::string prefix) : _t(t), _prefix(std::move(prefix)) {}
-
-  std::string path(std::string const &key) const { return _prefix.empty() ? key : _prefix + "." + key; }
-
-  template <class T>
-  void get(std::string const &key, T &out)
-  {
-    _known.insert(key);
-    if (!_t)
-      return;
-    toml::node const *node = _t->get(key);
-    if (!node)
-      return;
-    if constexpr (std::is_same_v<T, bool>)
-    {
-      if (!node->is_boolean())
-        throw InputError(path(key) + ": expected true or false");
-      out = node->as_boolean()->get();
-    }
-    else if constexpr (std::is_same_v<T, std::string>)
-    {
-      if (!node->is_string())
-        throw InputError(path(key) + ": expected a string");
-      out = node->as_string()->get();
-    }
-    else if constexpr (std::is_floating_point_v<T>)
-    {
-      if (auto v = node->value<double>(); v && (node->is_floating_point() || node->is_integer()))
-        out = static_cast<T>(*v);
-      else
-        throw InputError(path(key) + ": expected a number");
-    }
-    else
-    {
-      if (!node->is_integer())
-        throw InputError(path(key) + ": expected an integer");
-      int64_t const v = node->as_integer()->get();
-      if (std::is_unsigned_v<T> && v < 0)
-        throw InputError(path(key) + ": expected a non-negative integer, got " + std::to_string(v));
-      if (std::is_same_v<T, int> && (v < INT32_MIN || v > INT32_MAX))
-        throw InputError(path(key) + ": " + std::to_string(v) + " does not fit an int");
-      out = static_cast<T>(v);
-    }
-  }
-
-  Table sub(std::string const &key)
-  {
-    _known.insert(key);
-    if (!_t)
-      return Table(nullptr, path(key));
-    toml::node const *node = _t->get(key);
-    if (node && !node->is_table())
-      throw InputError(path(key) + ": expected a table ([" + path(key) + "])");
-    return Table(node ? node->as_table() : nullptr, path(key));
-  }
-
-  void finish() const
-  {
-    if (!_t)
-      return;
-    for (auto const &[k, v] : *_t)
-      if (!_known.count(std::string(k.str())))
-      {
-        std::string known;
-        for (auto const &x : _known)
-          known += (known.empty() ? "" : ", ") + x;
-        throw InputError(path(std::string(k.str())) + ": unknown key (known here: " + known + ")");
-      }
-  }
-
-private:
-  toml::table const *_t;
-  std::string _prefix;
-  std::set<std::string> _known;
-};
+using Table = TomlTable;
 
 void readLength(Table t, LengthDistribution &d)
 {
@@ -117,17 +41,12 @@ void readLength(Table t, LengthDistribution &d)
 
 SimulatorConfig readSimulatorToml(std::string const &file)
 {
-  toml::table doc;
-  try
-  {
-    doc = toml::parse_file(file);
-  }
-  catch (toml::parse_error const &e)
-  {
-    auto const &where = e.source().begin;
-    throw InputError(file + ":" + std::to_string(where.line) + ":" + std::to_string(where.column) + ": " +
-                     std::string(e.description()));
-  }
+  std::ifstream in(file, std::ios::binary);
+  if (!in)
+    throw InputError("config: cannot open '" + file + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  toml::table const doc = parseTomlText(text.str(), file);
   SimulatorConfig c;
   Table root(&doc, "");
   root.get("seed", c.seed);

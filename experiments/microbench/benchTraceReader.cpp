@@ -14,6 +14,8 @@
 #include "canopy_TraceWriter.hpp"
 
 #include <Kokkos_Core.hpp>
+#include "canopy_BenchArgs.hpp"
+
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -106,20 +108,12 @@ void BM_stepMetadataReused(benchmark::State &state, MaskLayout layout)
 
 int main(int argc, char **argv)
 {
-  bool smoke = false;
-  std::vector<char *> args;
-  for (int i = 0; i < argc; ++i)
-  {
-    if (std::strcmp(argv[i], "--smoke") == 0)
-      smoke = true;
-    else
-      args.push_back(argv[i]);
-  }
-  int n = static_cast<int>(args.size());
-  Kokkos::ScopeGuard guard(n, args.data());
-  benchmark::Initialize(&n, args.data());
-  if (benchmark::ReportUnrecognizedArguments(n, args.data()))
-    return 1;
+  auto args = canopy::bench::stripSmokeFlag(argc, argv);
+  bool const smoke = args.smoke;
+  Kokkos::ScopeGuard guard(args.argc, args.argv.data());
+  benchmark::Initialize(&args.argc, args.argv.data());
+  if (benchmark::ReportUnrecognizedArguments(args.argc, args.argv.data()))
+    return 2;
 
   SimulatorConfig config;
   config.seed = 1;

@@ -11,6 +11,9 @@
 #include "canopy_Registry.hpp"
 
 #include <Kokkos_Core.hpp>
+#include "canopy_BenchArgs.hpp"
+#include "canopy_Environment.hpp"
+
 #include <benchmark/benchmark.h>
 
 #include <array>
@@ -153,34 +156,6 @@ void BM_fmaPeak(benchmark::State &state)
 }
 #endif
 
-std::string runCommand(std::string const &cmd)
-{
-  std::array<char, 256> buf{};
-  std::string out;
-  if (FILE *f = ::popen(cmd.c_str(), "r"))
-  {
-    while (std::fgets(buf.data(), buf.size(), f))
-      out += buf.data();
-    ::pclose(f);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' '))
-    out.pop_back();
-  return out;
-}
-
-/// Commit of the source tree this benchmark was built from (+ "-dirty"), "unknown" elsewhere.
-std::string gitHash()
-{
-  std::string dir = __FILE__;
-  dir = dir.substr(0, dir.find_last_of('/'));
-  std::string h = runCommand("git -C '" + dir + "' rev-parse --short=12 HEAD 2>/dev/null");
-  if (h.empty())
-    return "unknown";
-  if (!runCommand("git -C '" + dir + "' status --porcelain --untracked-files=no 2>/dev/null").empty())
-    h += "-dirty";
-  return h;
-}
-
 std::string kokkosConfiguration()
 {
   std::ostringstream os;
@@ -285,20 +260,14 @@ std::vector<Spec> makeSpecs(bool smoke)
 
 int main(int argc, char **argv)
 {
-  bool smoke = false;
-  std::vector<char *> args;
-  for (int i = 0; i < argc; ++i)
-    if (std::strcmp(argv[i], "--smoke") == 0)
-      smoke = true;
-    else
-      args.push_back(argv[i]);
-  int n = static_cast<int>(args.size());
-  Kokkos::ScopeGuard guard(n, args.data());
-  benchmark::Initialize(&n, args.data());
-  if (benchmark::ReportUnrecognizedArguments(n, args.data()))
+  auto args = canopy::bench::stripSmokeFlag(argc, argv);
+  bool const smoke = args.smoke;
+  Kokkos::ScopeGuard guard(args.argc, args.argv.data());
+  benchmark::Initialize(&args.argc, args.argv.data());
+  if (benchmark::ReportUnrecognizedArguments(args.argc, args.argv.data()))
     return 2;
 
-  benchmark::AddCustomContext("git", gitHash());
+  benchmark::AddCustomContext("git", canopy::gitDescribe());
   benchmark::AddCustomContext("canopy_version", CANOPY_VERSION);
   benchmark::AddCustomContext("kokkos_version", Compat::kokkosVersion());
   benchmark::AddCustomContext("kokkos_origin", CANOPY_KOKKOS_ORIGIN);

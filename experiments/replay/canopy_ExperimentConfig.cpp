@@ -3,7 +3,7 @@
 #include "canopy_Error.hpp"
 #include "canopy_Registry.hpp"
 
-#include <toml++/toml.h>
+#include "canopy_TomlTable.hpp"
 
 #include <algorithm>
 #include <filesystem>
@@ -27,98 +27,6 @@ int paddedBucket(std::vector<int> const &buckets, int batch)
 
 namespace
 {
-/// Walks a TOML table, rejecting keys it does not know, and reads typed values with key paths in errors.
-class Reader
-{
-public:
-  Reader(toml::table const &t, std::string prefix) : _t(t), _prefix(std::move(prefix)) {}
-
-  void allow(std::set<std::string> const &keys) const
-  {
-    for (auto const &[k, v] : _t)
-      if (!keys.count(std::string(k.str())))
-      {
-        std::string known;
-        for (auto const &x : keys)
-          known += (known.empty() ? "" : ", ") + x;
-        throw InputError(path(std::string(k.str())) + ": unknown key (known here: " + known + ")");
-      }
-  }
-  std::string path(std::string const &key) const { return _prefix.empty() ? key : _prefix + "." + key; }
-  bool has(std::string const &key) const { return _t.contains(key); }
-
-  template <class T>
-  void get(std::string const &key, T &out) const
-  {
-    if (auto const *node = _t.get(key))
-      out = convert<T>(*node, path(key));
-  }
-  /// A scalar or an array of scalars; a scalar becomes a one-element list.
-  template <class T>
-  void getList(std::string const &key, std::vector<T> &out) const
-  {
-    auto const *node = _t.get(key);
-    if (!node)
-      return;
-    out.clear();
-    if (auto const *arr = node->as_array())
-    {
-      for (size_t i = 0; i < arr->size(); ++i)
-        out.push_back(convert<T>(*arr->get(i), path(key) + "[" + std::to_string(i) + "]"));
-      if (out.empty())
-        throw InputError(path(key) + ": empty list");
-    }
-    else
-      out.push_back(convert<T>(*node, path(key)));
-  }
-  toml::table const *table(std::string const &key) const
-  {
-    auto const *node = _t.get(key);
-    if (!node)
-      return nullptr;
-    if (!node->is_table())
-      throw InputError(path(key) + ": expected a table");
-    return node->as_table();
-  }
-
-  template <class T>
-  static T convert(toml::node const &n, std::string const &where)
-  {
-    if constexpr (std::is_same_v<T, bool>)
-    {
-      if (auto v = n.value_exact<bool>())
-        return *v;
-      throw InputError(where + ": expected true or false");
-    }
-    else if constexpr (std::is_integral_v<T>)
-    {
-      if (auto v = n.value_exact<int64_t>())
-      {
-        if (*v < static_cast<int64_t>(std::numeric_limits<T>::min()) || *v > static_cast<int64_t>(std::numeric_limits<T>::max()))
-          throw InputError(where + ": " + std::to_string(*v) + " is out of range");
-        return static_cast<T>(*v);
-      }
-      throw InputError(where + ": expected an integer");
-    }
-    else if constexpr (std::is_floating_point_v<T>)
-    {
-      if (auto v = n.value<double>())
-        return static_cast<T>(*v);
-      throw InputError(where + ": expected a number");
-    }
-    else
-    {
-      if (auto v = n.value_exact<std::string>())
-        return *v;
-      throw InputError(where + ": expected a string");
-    }
-  }
-
-private:
-  toml::table const &_t;
-  std::string _prefix;
-};
-
 template <class T>
 void requireAtLeast(std::vector<T> const &v, T lo, std::string const &where)
 {
@@ -141,33 +49,17 @@ std::string hashText(std::string const &s)
 
 ExperimentConfig parseExperimentConfig(std::string const &text, std::string const &source, std::string const &base_dir)
 {
-  toml::table root;
-  try
-  {
-    root = toml::parse(text, source);
-  }
-  catch (toml::parse_error const &e)
-  {
-    std::ostringstream o;
-    o << source << ":" << e.source().begin.line << ":" << e.source().begin.column << ": TOML syntax error: "
-      << e.description();
-    throw InputError(o.str());
-  }
+  toml::table const root = parseTomlText(text, source);
   ExperimentConfig c;
   c.hash = hashText(text);
   c.source_path = source;
-  Reader top(root, "");
-  top.allow({"experiment", "inputs", "designs", "options", "peaks", "output"});
+  TomlTable top(&root, "");
 
-  if (auto const *t = top.table("experiment"))
   {
-    Reader r(*t, "experiment");
-    r.allow({"name", "description", "seed", "warmup", "repetitions", "baseline", "check_rate", "max_check_gflop"});
+    TomlTable r = top.sub("experiment");
     r.get("name", c.name);
     r.get("description", c.description);
-    int64_t seed = static_cast<int64_t>(c.seed);
-    r.get("seed", seed);
-    c.seed = static_cast<uint64_t>(seed);
+    r.get("seed", c.seed);
     r.get("warmup", c.warmup);
     r.get("repetitions", c.repetitions);
     r.get("baseline", c.baseline);
@@ -175,6 +67,7 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
     double gflop = 0;
     r.get("max_check_gflop", gflop);
     c.max_check_flops = static_cast<int64_t>(gflop * 1e9);
+    r.finish();
     if (c.warmup < 0)
       throw InputError("experiment.warmup: must be >= 0");
     if (c.repetitions < 1)
@@ -183,10 +76,8 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
       throw InputError("experiment.check_rate: must be in [0, 1]");
   }
 
-  if (auto const *t = top.table("inputs"))
   {
-    Reader r(*t, "inputs");
-    r.allow({"traces", "max_steps", "group_by", "sweep"});
+    TomlTable r = top.sub("inputs");
     r.getList("traces", c.traces);
     r.get("max_steps", c.max_steps);
     r.get("group_by", c.group_by);
@@ -200,58 +91,47 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
       if (!fs::exists(c.traces[i]))
         throw InputError("inputs.traces[" + std::to_string(i) + "]: no such file '" + c.traces[i] + "'");
     }
-    if (auto const *node = t->get("sweep"))
+    for (TomlTable &s : r.subArray("sweep"))
     {
-      auto const *arr = node->as_array();
-      if (!arr)
-        throw InputError("inputs.sweep: expected an array of tables ([[inputs.sweep]])");
-      for (size_t i = 0; i < arr->size(); ++i)
+      ShapeSweep sw;
+      s.getList("batch", sw.batch);
+      s.getList("heads", sw.heads);
+      s.getList("tree", sw.tree);
+      s.getList("prefix", sw.prefix);
+      s.get("ragged", sw.ragged);
+      s.get("steps", sw.steps);
+      s.get("pool_slack", sw.pool_slack);
+      s.get("mean_run", sw.mean_run);
+      bool compacted = false;
+      s.get("compacted", compacted);
+      s.finish();
+      if (compacted)
       {
-        auto const *st = arr->get(i)->as_table();
-        std::string const where = "inputs.sweep[" + std::to_string(i) + "]";
-        if (!st)
-          throw InputError(where + ": expected a table");
-        Reader s(*st, where);
-        s.allow({"batch", "heads", "tree", "prefix", "ragged", "steps", "pool_slack", "mean_run", "compacted"});
-        ShapeSweep sw;
-        s.getList("batch", sw.batch);
-        s.getList("heads", sw.heads);
-        s.getList("tree", sw.tree);
-        s.getList("prefix", sw.prefix);
-        s.get("ragged", sw.ragged);
-        s.get("steps", sw.steps);
-        s.get("pool_slack", sw.pool_slack);
-        s.get("mean_run", sw.mean_run);
-        bool compacted = false;
-        s.get("compacted", compacted);
-        if (compacted)
-        {
-          // A defragmented pool: every request's slots in one run, no holes.
-          sw.pool_slack = 1.0;
-          sw.mean_run = 1e18;
-        }
-        if (sw.mean_run < 1)
-          throw InputError(where + ".mean_run: must be >= 1");
-        requireAtLeast(sw.batch, 1, where + ".batch");
-        requireAtLeast(sw.heads, 1, where + ".heads");
-        requireAtLeast(sw.tree, 1, where + ".tree");
-        requireAtLeast<int64_t>(sw.prefix, 0, where + ".prefix");
-        if (sw.steps < 1)
-          throw InputError(where + ".steps: must be >= 1");
-        if (sw.pool_slack < 1)
-          throw InputError(where + ".pool_slack: must be >= 1");
-        c.sweeps.push_back(sw);
+        // A defragmented pool: every request's slots in one run, no holes.
+        sw.pool_slack = 1.0;
+        sw.mean_run = 1e18;
       }
+      requireAtLeast(sw.batch, 1, s.path("batch"));
+      requireAtLeast(sw.heads, 1, s.path("heads"));
+      requireAtLeast(sw.tree, 1, s.path("tree"));
+      requireAtLeast<int64_t>(sw.prefix, 0, s.path("prefix"));
+      if (sw.steps < 1)
+        throw InputError(s.path("steps") + ": must be >= 1");
+      if (sw.pool_slack < 1)
+        throw InputError(s.path("pool_slack") + ": must be >= 1");
+      if (sw.mean_run < 1)
+        throw InputError(s.path("mean_run") + ": must be >= 1");
+      c.sweeps.push_back(sw);
     }
+    r.finish();
   }
   if (c.traces.empty() && c.sweeps.empty())
     throw InputError("inputs: give traces = [...] and/or at least one [[inputs.sweep]]");
 
-  if (auto const *t = top.table("designs"))
   {
-    Reader r(*t, "designs");
-    r.allow({"names"});
+    TomlTable r = top.sub("designs");
     r.getList("names", c.designs);
+    r.finish();
     for (size_t i = 0; i < c.designs.size(); ++i)
     {
       try
@@ -271,10 +151,8 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
   if (std::find(c.designs.begin(), c.designs.end(), c.baseline) == c.designs.end())
     throw InputError("experiment.baseline: '" + c.baseline + "' is not one of designs.names");
 
-  if (auto const *t = top.table("options"))
   {
-    Reader r(*t, "options");
-    r.allow({"mask", "nsplit", "workspace", "mode", "l2_flush", "buckets", "strict"});
+    TomlTable r = top.sub("options");
     std::vector<std::string> masks, ws, modes;
     r.getList("mask", masks);
     if (!masks.empty())
@@ -307,28 +185,28 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
       if (c.buckets[i] <= c.buckets[i - 1])
         throw InputError("options.buckets[" + std::to_string(i) + "]: buckets must increase");
     r.get("strict", c.strict);
+    r.finish();
   }
 
-  if (auto const *t = top.table("peaks"))
   {
-    Reader r(*t, "peaks");
-    r.allow({"gflops", "gbytes_per_s"});
+    TomlTable r = top.sub("peaks");
     double gf = 0, gb = 0;
     r.get("gflops", gf);
     r.get("gbytes_per_s", gb);
+    r.finish();
     if (gf < 0 || gb < 0)
       throw InputError("peaks: values must be >= 0");
     c.peak_flops = gf * 1e9;
     c.peak_bytes_per_s = gb * 1e9;
   }
 
-  if (auto const *t = top.table("output"))
   {
-    Reader r(*t, "output");
-    r.allow({"dir", "progress"});
+    TomlTable r = top.sub("output");
     r.get("dir", c.out_dir);
     r.get("progress", c.progress);
+    r.finish();
   }
+  top.finish();
   return c;
 }
 

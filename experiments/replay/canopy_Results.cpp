@@ -87,6 +87,11 @@ TableLayout layoutOf(ResultSet const &rs, bool latex)
   t.cols.push_back({"GB/s", [=](auto const &r) { return timed(r) ? fmt("%.3g", r.gbps) : "-"; }});
   t.cols.push_back({latex ? "roofline \\%" : "roofline %",
                     [](auto const &r) { return r.roofline_s > 0 ? fmt("%.1f", 100 * r.roofline_fraction) : "-"; }});
+  bool any_ws = false;
+  for (auto const &r : rs.rows)
+    any_ws = any_ws || r.workspace_bytes > 0;
+  if (any_ws)  // the workspace experiment compares memory as well as latency
+    t.cols.push_back({"workspace (MB)", [](auto const &r) { return fmt("%.2f", r.workspace_bytes * 1e-6); }});
   t.cols.push_back({"speedup", [](auto const &r) { return r.speedup > 0 ? fmt("%.2fx", r.speedup) : "-"; }});
   t.cols.push_back({"rel L2", [](auto const &r) { return r.checked_steps > 0 ? fmt("%.1e", r.rel_l2) : "-"; }});
   t.cols.push_back({"status", [](auto const &r) { return r.status; }});

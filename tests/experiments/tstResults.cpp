@@ -92,6 +92,9 @@ TEST(Results, markdownAndLatexTables)
   EXPECT_NE(tex.find("\\bottomrule"), std::string::npos);
   EXPECT_NE(tex.find("trace\\_1.h5"), std::string::npos) << "underscores escaped";
   EXPECT_NE(tex.find("roofline \\%"), std::string::npos);
+  EXPECT_EQ(md.find("workspace (MB)"), std::string::npos) << "no workspace column when no design holds one";
+  rs.rows[1].workspace_bytes = 2.5e6;
+  EXPECT_NE(toMarkdownTable(rs).find("| 2.50 |"), std::string::npos);
 }
 
 TEST(Results, jsonCsvAndAtomicFiles)
