@@ -22,8 +22,8 @@ using MemSpace = ExecSpace::memory_space;
 /// work (measured 5-20% at 16, docs/results/kokkos-host.md), so auto is 1 there.
 inline int autoNsplit(PlanBounds const &bounds, int nsplit)
 {
-  if (nsplit > 0)
-    return nsplit;
+  if (nsplit != 0)
+    return nsplit;  // planVerify rejects a negative one
   int const units = ExecSpace().concurrency();
   int const requests = std::max(1, bounds.max_batch);
   return std::max(1, std::min(64, (units + requests - 1) / requests));

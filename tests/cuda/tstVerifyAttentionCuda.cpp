@@ -129,8 +129,10 @@ TEST(CudaDesigns, planRejectsShapesTheKernelsCannotServe)
   EXPECT_THROW(design->plan(b, opt), InputError);
   b.max_tree = 8;
   b.max_nodes = 8;
-  opt.nsplit = 0;
+  opt.nsplit = -1;
   EXPECT_THROW(design->plan(b, opt), InputError);
+  opt.nsplit = 0;  // auto: chosen from the bounds
+  EXPECT_NO_THROW(design->plan(b, opt));
   opt.nsplit = cuda::MAX_NSPLIT + 1;
   EXPECT_THROW(design->plan(b, opt), InputError);
   opt.nsplit = 4;

@@ -163,8 +163,10 @@ TEST(KokkosDesigns, badUseIsAnInputError)
     EXPECT_THROW(d->run(storage->ref(), storage->context()), InputError) << "run before plan";
 
     DesignOptions o;
-    o.nsplit = 0;
-    EXPECT_THROW(d->plan(boundsOf(p), o), InputError) << "nsplit 0";
+    o.nsplit = -1;
+    EXPECT_THROW(d->plan(boundsOf(p), o), InputError) << "nsplit -1";
+    o.nsplit = 0;  // auto: the design chooses from the bounds
+    EXPECT_NO_THROW(d->plan(boundsOf(p), o));
 
     o.nsplit = 4;
     PlanBounds small = boundsOf(p);
