@@ -3,11 +3,17 @@
 # machine (DESIGN.md §6): experiments/gpu/run_cuda_h200.sh checks|measure <bin-dir> <lib-dir> <out-dir>
 #   checks : GPU test suite, compute-sanitizer memcheck + racecheck on a small grid, SASS summary
 #   measure: benchVerifyCuda sweep (designs, mask layouts, workspace strategies) + PyTorch reference
+#   compare: kernel variants side by side: compare <bin-dir> <lib-dir> <out-dir> base v1 [v2 ...]
+#            runs <bin-dir>/bench_<name> (cuda-sm120 only) for each name, interleaved, in
+#            CANOPY_COMPARE_ROUNDS rounds (default 2; extra bench flags in CANOPY_BENCH_ARGS), and
+#            writes compare.md: per shape the base's best median and each variant's change against it
+#            (best of the rounds: process-to-process spread on the H200 was about 1%).
 # <bin-dir> holds canopy_Test_VerifyAttentionCuda and canopy_Bench_VerifyCuda, <lib-dir> the
 # shared libraries the GPU machine lacks (libtrilinos_kokkoscore). Numbers from an H200 are an
 # sm_90 proxy for the sm_120 design target.
 set -uo pipefail
 mode=$1 bin=$2 lib=$3 out=$4
+shift 4
 mkdir -p "$out"
 cublas=$(find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -1)
 export LD_LIBRARY_PATH="$lib:${cublas:+$(dirname "$cublas"):}${LD_LIBRARY_PATH:-}"
@@ -39,7 +45,38 @@ elif [ "$mode" = measure ]; then
   PYTHONUNBUFFERED=1 timeout 240 python3 "$here/experiments/peers/torch_reference.py" --out "$out/torch.jsonl" >> "$out/run.log" 2>&1; echo "torch exit $?" >> "$out/run.log"
   python3 "$here/experiments/peers/torch_reference.py" --merge "$out/bench.jsonl" "$out/torch.jsonl" > "$out/table.md" 2>&1
   grep -E "exit|peaks|device" "$out/run.log"; cat "$out/table.md"
+elif [ "$mode" = compare ] && [ $# -ge 2 ]; then
+  for r in $(seq "${CANOPY_COMPARE_ROUNDS:-2}"); do
+    for v in "$@"; do
+      echo "== round $r $v"
+      # shellcheck disable=SC2086
+      timeout 120 "$bin/bench_$v" --designs cuda-sm120 ${CANOPY_BENCH_ARGS:-} 2>&1 | grep "B="
+    done
+  done > "$out/compare.txt"
+  python3 - "$out/compare.txt" "$@" > "$out/compare.md" <<'PY'
+import collections, re, sys
+rows = collections.defaultdict(lambda: collections.defaultdict(list))
+variant = None
+for line in open(sys.argv[1]):
+    m = re.match(r'== round \d+ (\S+)', line)
+    if m:
+        variant = m.group(1)
+        continue
+    m = re.search(r'B=(\d+) T=\s*(\d+) P=\s*(\d+) ns=\s*(\d+) \|\s+([\d.]+) us', line)
+    if m:
+        rows[m.groups()[:4]][variant].append(float(m.group(5)))
+base, others = sys.argv[2], sys.argv[3:]
+print('| B | T | P | nsplit | %s µs (best median) | %s |' % (base, ' | '.join(others)))
+print('|---:|---:|---:|---:|---:|' + '---:|' * len(others))
+for key, v in rows.items():
+    if not v.get(base):
+        continue
+    b = min(v[base])
+    rel = ['%+.1f%%' % (100 * (min(v[o]) / b - 1)) if v.get(o) else 'n/a' for o in others]
+    print('| %s | %s | %s | %s | %.1f | %s |' % (*key, b, ' | '.join(rel)))
+PY
+  cat "$out/compare.md"
 else
-  echo "usage: $0 checks|measure <bin-dir> <lib-dir> <out-dir>" >&2
+  echo "usage: $0 checks|measure <bin-dir> <lib-dir> <out-dir> | compare <bin-dir> <lib-dir> <out-dir> base variant..." >&2
   exit 2
 fi
