@@ -7,7 +7,8 @@
 #            runs <bin-dir>/bench_<name> (cuda-sm120 only) for each name, interleaved, in
 #            CANOPY_COMPARE_ROUNDS rounds (default 2; extra bench flags in CANOPY_BENCH_ARGS), and
 #            writes compare.md: per shape the base's best median and each variant's change against it
-#            (best of the rounds: process-to-process spread on the H200 was about 1%).
+#            (best of the rounds: process-to-process spread on the H200 was about 1%), then per
+#            variant the mean change over the P >= 16K shapes and its result lines with bad outputs.
 # <bin-dir> holds canopy_Test_VerifyAttentionCuda and canopy_Bench_VerifyCuda, <lib-dir> the
 # shared libraries the GPU machine lacks (libtrilinos_kokkoscore). Numbers from an H200 are an
 # sm_90 proxy for the sm_120 design target.
@@ -56,6 +57,7 @@ elif [ "$mode" = compare ] && [ $# -ge 2 ]; then
   python3 - "$out/compare.txt" "$@" > "$out/compare.md" <<'PY'
 import collections, re, sys
 rows = collections.defaultdict(lambda: collections.defaultdict(list))
+bad = collections.Counter()  # result lines with NaN or unwritten outputs, per variant
 variant = None
 for line in open(sys.argv[1]):
     m = re.match(r'== round \d+ (\S+)', line)
@@ -65,6 +67,9 @@ for line in open(sys.argv[1]):
     m = re.search(r'B=(\d+) T=\s*(\d+) P=\s*(\d+) ns=\s*(\d+) \|\s+([\d.]+) us', line)
     if m:
         rows[m.groups()[:4]][variant].append(float(m.group(5)))
+        b = re.search(r'bad (\d+)', line)
+        if b and int(b.group(1)):
+            bad[variant] += 1
 base, others = sys.argv[2], sys.argv[3:]
 print('| B | T | P | nsplit | %s µs (best median) | %s |' % (base, ' | '.join(others)))
 print('|---:|---:|---:|---:|---:|' + '---:|' * len(others))
@@ -74,6 +79,12 @@ for key, v in rows.items():
     b = min(v[base])
     rel = ['%+.1f%%' % (100 * (min(v[o]) / b - 1)) if v.get(o) else 'n/a' for o in others]
     print('| %s | %s | %s | %s | %.1f | %s |' % (*key, b, ' | '.join(rel)))
+# One line per variant: the mean change where P >= 16K (the targets' range), and bad result lines.
+for o in others:
+    ch = [min(v[o]) / min(v[base]) - 1 for k, v in rows.items() if int(k[2]) >= 16384 and v.get(o) and v.get(base)]
+    if ch:
+        print('\n%s: mean %+.1f%% over %d shapes with P >= 16K; %d result lines with bad outputs'
+              % (o, 100 * sum(ch) / len(ch), len(ch), bad[o]))
 PY
   cat "$out/compare.md"
 else
