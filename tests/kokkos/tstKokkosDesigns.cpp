@@ -2,6 +2,7 @@
 /// \brief The registered designs `kokkos-team` and `kokkos-kk` through the registry and
 /// checkDesign: every workspace strategy and mask layout against the fp64 reference, one plan
 /// serving several steps of a bucket, the path they report, and bad use refused with InputError.
+#include "canopy_TestProblems.hpp"
 #include "canopy_BatchStorage.hpp"
 #include "canopy_Config.hpp"
 #include "canopy_Generator.hpp"
@@ -27,20 +28,7 @@ std::vector<std::string> kokkosDesigns()
   return d;
 }
 
-HostProblem problemOf(int batch, int heads, int tree, int64_t prefix, MaskLayout mask, uint64_t seed, bool ragged,
-                      int padded)
-{
-  GeneratorOptions g;
-  g.batch = batch;
-  g.num_heads = heads;
-  g.tree_size = tree;
-  g.prefix_len = prefix;
-  g.mask_layout = mask;
-  g.seed = seed;
-  g.ragged = ragged;
-  g.padded_rows = padded;
-  return generateProblem(g);
-}
+using canopy::test::problemOf;
 
 TEST(KokkosDesigns, registeredWithKokkosMemory)
 {

@@ -3,6 +3,7 @@
 /// VerifyBatch of each enabled execution space, against the fp64 reference: random shapes with
 /// fresh seeds, empty and short prefixes, T = 1 and 65, ragged batches with padded rows, every mask
 /// layout, NSPLIT 1/4/16, fragmented slots, several row tiles; outputs poisoned before each run.
+#include "canopy_TestProblems.hpp"
 #include "canopy_BatchStorage.hpp"
 #include "canopy_Generator.hpp"
 #include "canopy_Reference.hpp"
@@ -98,20 +99,7 @@ void expectCorrectAllFlavors(HostProblem const &problem, RunOptions const &o = {
 #endif
 }
 
-HostProblem problemOf(int batch, int heads, int tree, int64_t prefix, MaskLayout mask, uint64_t seed, bool ragged = false,
-                      int padded = 0)
-{
-  GeneratorOptions g;
-  g.batch = batch;
-  g.num_heads = heads;
-  g.tree_size = tree;
-  g.prefix_len = prefix;
-  g.mask_layout = mask;
-  g.seed = seed;
-  g.ragged = ragged;
-  g.padded_rows = padded;
-  return generateProblem(g);
-}
+using canopy::test::problemOf;
 
 template <class ExecutionSpace>
 struct VerifyAttentionKokkos : ::testing::Test

@@ -1,0 +1,24 @@
+/// \file canopy_TestProblems.hpp
+/// \brief Generated verify problems for tests, one call per shape.
+#pragma once
+
+#include "canopy_Generator.hpp"
+
+namespace canopy::test
+{
+/// \brief A seeded DDTree-like problem (fragmented slots, random bf16) of the given shape.
+inline HostProblem problemOf(int batch, int heads, int tree, int64_t prefix, MaskLayout mask, uint64_t seed,
+                             bool ragged = false, int padded = 0)
+{
+  GeneratorOptions g;
+  g.batch = batch;
+  g.num_heads = heads;
+  g.tree_size = tree;
+  g.prefix_len = prefix;
+  g.mask_layout = mask;
+  g.seed = seed;
+  g.ragged = ragged;
+  g.padded_rows = padded;
+  return generateProblem(g);
+}
+} // namespace canopy::test
