@@ -67,7 +67,8 @@ std::map<int, Bucket> bucketize(StepSource const &src, ExperimentConfig const &c
   std::map<int, Bucket> buckets;
   for (int64_t s = 0; s < src.numSteps(); ++s)
   {
-    BatchMetadata const m = src.metadata(s, mask);
+    StepShape const shape = src.shape(s, mask);
+    BatchMetadata const &m = shape.meta;
     int const size = paddedBucket(c.buckets, m.batchSize());
     Bucket &b = buckets[size];
     b.size = size;
@@ -81,7 +82,9 @@ std::map<int, Bucket> bucketize(StepSource const &src, ExperimentConfig const &c
     b.bounds.max_prefix = std::max(b.bounds.max_prefix, m.maxPrefixLen());
     b.bounds.max_nodes = std::max(b.bounds.max_nodes, m.numNodes());
     b.bounds.mask_layout = mask;
-    b.capacity.num_slots = std::max(b.capacity.num_slots, src.numSlots(s));
+    b.capacity.num_slots = std::max(b.capacity.num_slots, shape.num_slots);
+    b.capacity.num_heads = shape.num_heads;
+    b.bounds.num_heads = shape.num_heads;
   }
   return buckets;
 }
@@ -122,8 +125,8 @@ private:
   bool _valid = false;
 };
 
-void runCombo(ExperimentConfig const &c, StepSource const &src, Combo const &k, ReferenceCache &refs, StepCache &steps,
-              ResultRow &row,
+void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bucket> const &buckets, Combo const &k,
+              ReferenceCache &refs, StepCache &steps, ResultRow &row,
               std::map<int, RowAccumulator> &per_bucket, std::function<void(int64_t)> const &tick)
 {
   DesignPtr design = makeDesign(k.design);
@@ -143,7 +146,7 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, Combo const &k, 
   double const peak_f = exec.peakFlops() > 0 ? exec.peakFlops() : c.peak_flops;
   double const peak_b = exec.peakBytesPerSecond() > 0 ? exec.peakBytesPerSecond() : c.peak_bytes_per_s;
 
-  for (auto &[size, bucket] : bucketize(src, c, k.mask))
+  for (auto const &[size, bucket] : buckets)
   {
     RowAccumulator &acc = per_bucket[size];
     std::unique_ptr<BatchStorage> storage;
@@ -156,8 +159,6 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, Combo const &k, 
       padBatch(meta, bucket.size);
       if (!storage)
       {
-        bucket.capacity.num_heads = p.shape.num_heads;
-        bucket.bounds.num_heads = p.shape.num_heads;
         try
         {
           design->plan(bucket.bounds, opt);
@@ -276,6 +277,9 @@ ResultSet runExperiment(ExperimentConfig const &c, ProgressFn const &progress)
   ReferenceCache refs;
   StepCache steps;
   for (auto const &src : sources)
+  {
+    // Buckets depend on the source and the mask layout only: sized once for every design and option.
+    std::map<MaskLayout, std::map<int, Bucket>> buckets;
     for (auto const &k : all)
     {
       ResultRow base;
@@ -287,7 +291,9 @@ ResultSet runExperiment(ExperimentConfig const &c, ProgressFn const &progress)
       base.mode = toString(k.mode);
       base.l2_flush = k.l2_flush;
       std::map<int, RowAccumulator> per_bucket;
-      runCombo(c, *src, k, refs, steps, base, per_bucket, tick);
+      if (!buckets.count(k.mask))
+        buckets[k.mask] = bucketize(*src, c, k.mask);
+      runCombo(c, *src, buckets.at(k.mask), k, refs, steps, base, per_bucket, tick);
       kinds.insert(makeDesign(k.design)->memory());
       if (base.status == "skipped")
       {
@@ -327,6 +333,7 @@ ResultSet runExperiment(ExperimentConfig const &c, ProgressFn const &progress)
         rs.rows.push_back(base);
       }
     }
+  }
   computeSpeedups(rs);
   rs.environment = collectEnvironment(c, kinds);
   return rs;

@@ -28,8 +28,11 @@ public:
            (_opt.pool_slack <= 1.0 && _opt.mean_run >= 1e9 ? " compacted" : "");
   }
   int64_t numSteps() const override { return _steps; }
-  BatchMetadata metadata(int64_t s, MaskLayout layout) const override { return make(s, layout, false).meta; }
-  int64_t numSlots(int64_t s) const override { return make(s, MaskLayout::kParents, false).num_slots; }
+  StepShape shape(int64_t s, MaskLayout layout) const override
+  {
+    HostProblem p = make(s, layout, false);
+    return {std::move(p.meta), p.num_slots, p.shape.num_heads};
+  }
   HostProblem problem(int64_t s, MaskLayout layout) const override { return make(s, layout, true); }
 
 private:
@@ -62,13 +65,12 @@ public:
   }
   std::string label() const override { return _label; }
   int64_t numSteps() const override { return _steps; }
-  BatchMetadata metadata(int64_t s, MaskLayout layout) const override { return _reader.stepMetadata(s, layout); }
-  int64_t numSlots(int64_t) const override
+  StepShape shape(int64_t s, MaskLayout layout) const override
   {
-    if (recordedValues())
-      return _reader.info().num_slots;
-    sharedPool();
-    return _pool_slots;
+    if (!recordedValues())
+      sharedPool();  // sizes _pool_slots
+    return {_reader.stepMetadata(s, layout), recordedValues() ? _reader.info().num_slots : _pool_slots,
+            _reader.info().shape.num_heads};
   }
   HostProblem problem(int64_t s, MaskLayout layout) const override
   {

@@ -11,16 +11,22 @@
 
 namespace canopy
 {
+/// \brief A step without its values: the metadata, the KV pool rows it needs and the heads.
+struct StepShape
+{
+  BatchMetadata meta;
+  int64_t num_slots = 0;
+  int num_heads = 0;
+};
+
 class StepSource
 {
 public:
   virtual ~StepSource() = default;
   virtual std::string label() const = 0;
   virtual int64_t numSteps() const = 0;
-  /// \brief Metadata only (cheap): used to size buckets before any values are made.
-  virtual BatchMetadata metadata(int64_t step, MaskLayout layout) const = 0;
-  /// \brief Rows of the KV pool the step needs (sizes the bucket's pool buffer).
-  virtual int64_t numSlots(int64_t step) const = 0;
+  /// \brief Metadata and sizes only (no values): what sizes a bucket's static buffers.
+  virtual StepShape shape(int64_t step, MaskLayout layout) const = 0;
   /// \brief Metadata + values (recorded, or seeded so every design sees identical inputs).
   virtual HostProblem problem(int64_t step, MaskLayout layout) const = 0;
   /// \brief Recorded expected output of the step (bf16 bits), empty when the source has none.
