@@ -65,7 +65,12 @@ public:
         _flusher = std::make_unique<cuda::L2Flusher>();
       _flusher->flush(stream);
     }
-    _start.record(stream);
+    if (!_start)  // created on first use: constructing the executor must not touch CUDA on hosts without a GPU
+    {
+      _start.emplace();
+      _stop.emplace();
+    }
+    _start->record(stream);
     if (mode == ExecMode::kGraph)
     {
       if (!_graph || !_graph->valid())
@@ -74,10 +79,10 @@ public:
     }
     else
       design.run(storage.ref(), storage.context());
-    _stop.record(stream);
-    _stop.sync();
+    _stop->record(stream);
+    _stop->sync();
     cuda::check(cudaGetLastError(), "verify launch");
-    return static_cast<double>(_stop.elapsedMsSince(_start)) * 1e-3;
+    return static_cast<double>(_stop->elapsedMsSince(*_start)) * 1e-3;
   }
 
   void release() override { _graph.reset(); }
@@ -128,55 +133,10 @@ private:
   std::optional<cuda::Peaks> _peaks;
   std::optional<cuda::Graph> _graph;
   std::unique_ptr<cuda::L2Flusher> _flusher;
-  cuda::Event _start, _stop;
+  std::optional<cuda::Event> _start, _stop;
 };
 
-// Events are created on first use: constructing the executor must not touch CUDA on machines without a GPU.
-class LazyCudaExecutor final : public Executor
-{
-public:
-  std::string device() const override
-  {
-    std::string why;
-    if (!cuda::cudaAvailable(&why))
-      return "no GPU (" + why + ")";
-    return get().device();
-  }
-  bool supports(ExecMode m, Design const &d, std::string *why) const override
-  {
-    std::string reason;
-    if (!cuda::cudaAvailable(&reason))
-    {
-      if (why)
-        *why = "no usable GPU: " + reason;
-      return false;
-    }
-    return get().supports(m, d, why);
-  }
-  void prepare(Design &d, BatchStorage &s, ExecMode m) override { get().prepare(d, s, m); }
-  double timeRun(Design &d, BatchStorage &s, ExecMode m, bool f) override { return get().timeRun(d, s, m, f); }
-  void release() override
-  {
-    if (_impl)
-      _impl->release();
-  }
-  double peakFlops() override { return get().peakFlops(); }
-  double peakBytesPerSecond() override { return get().peakBytesPerSecond(); }
-  std::map<std::string, std::string> environment() const override
-  {
-    return cuda::cudaAvailable() ? get().environment() : std::map<std::string, std::string>{};
-  }
-
-private:
-  CudaExecutor &get() const
-  {
-    if (!_impl)
-      _impl = std::make_unique<CudaExecutor>();
-    return *_impl;
-  }
-  mutable std::unique_ptr<CudaExecutor> _impl;
-};
 } // namespace
 
-std::unique_ptr<Executor> makeCudaExecutor() { return std::make_unique<LazyCudaExecutor>(); }
+std::unique_ptr<Executor> makeCudaExecutor() { return std::make_unique<CudaExecutor>(); }
 } // namespace canopy
