@@ -186,8 +186,9 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
         exec.prepare(*design, *storage, k.mode);
         prepared = true;
       }
+      Cost const cost = costOf(meta, p.shape.num_heads);
       if (stepChecked(c.seed, s, c.check_rate) &&
-          (c.max_check_flops <= 0 || costOf(meta, p.shape.num_heads).flops <= static_cast<double>(c.max_check_flops)))
+          (c.max_check_flops <= 0 || cost.flops <= static_cast<double>(c.max_check_flops)))
       {
         storage->poisonOutput();
         exec.timeRun(*design, *storage, k.mode, false);
@@ -209,7 +210,6 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
         std::vector<double> t;
         for (int r = 0; r < c.repetitions; ++r)
           t.push_back(exec.timeRun(*design, *storage, k.mode, k.l2_flush));
-        Cost const cost = costOf(meta, p.shape.num_heads);
         acc.samples.insert(acc.samples.end(), t.begin(), t.end());
         acc.step_medians.push_back(summarize(t).median);
         acc.flops += cost.flops;
