@@ -280,23 +280,61 @@ double measureCopyBandwidth(cudaStream_t stream, size_t bytes, int reps)
   return 2.0 * static_cast<double>(bytes) / (summarize(ms).median_ms * 1e-3);
 }
 
-Peaks measurePeaks(cudaStream_t stream, int gemm_n, size_t copy_bytes)
+double measureMmaSyncFlops(cudaStream_t stream, MmaFeed feed, int warps_per_sm, double seconds, int reps)
+{
+  DeviceInfo const dev = deviceInfo();
+  int const blocks = 4 * dev.sm_count;
+  // More than half the SM's shared memory keeps one block per SM, so warps_per_sm is exact.
+  size_t const smem = std::max(mmaSyncPeakSharedBytes(feed), dev.smem_per_sm / 2 + 1024);
+  if (smem > dev.smem_per_block_optin)
+    throw RuntimeFailure("measureMmaSyncFlops: cannot pin one block per SM on this device");
+  DeviceBuffer<float> sink(static_cast<size_t>(blocks) * 32 * warps_per_sm);
+  // Iterations sized for about `seconds` at an assumed 500 TFLOP/s (the exact rate is measured).
+  int64_t const per_iter = mmaSyncPeakFlops(feed, blocks, warps_per_sm, 1);
+  int const iters = static_cast<int>(std::max<int64_t>(1, static_cast<int64_t>(seconds * 5e14 / per_iter)));
+  auto launch = [&] { check(launchMmaSyncPeak(feed, blocks, warps_per_sm, iters, smem, sink.data(), stream), "launchMmaSyncPeak"); };
+  launch();
+  std::vector<Event> start(reps), stop(reps);
+  for (int i = 0; i < reps; ++i)
+  {
+    start[i].record(stream);
+    launch();
+    stop[i].record(stream);
+  }
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (mma.sync peak)");
+  std::vector<double> ms(reps);
+  for (int i = 0; i < reps; ++i)
+    ms[i] = stop[i].elapsedMsSince(start[i]);
+  return static_cast<double>(mmaSyncPeakFlops(feed, blocks, warps_per_sm, iters)) / (summarize(ms).median_ms * 1e-3);
+}
+
+Peaks measurePeaks(cudaStream_t stream, int gemm_n, size_t copy_bytes, bool quick)
 {
   Peaks p;
   p.gemm_n = gemm_n;
   p.copy_bytes = copy_bytes;
   p.bf16_flops = measureBf16GemmFlops(stream, gemm_n);
   p.copy_bytes_per_s = measureCopyBandwidth(stream, copy_bytes);
+  double const sec = quick ? 2e-4 : 5e-3;
+  for (int w : {8, 16, 32})
+  {
+    double const f = measureMmaSyncFlops(stream, MmaFeed::kRegisters, w, sec);
+    if (f > p.mma_sync_flops)
+      p.mma_sync_flops = f, p.mma_sync_warps_per_sm = w;
+  }
+  p.mma_ldmatrix_flops = measureMmaSyncFlops(stream, MmaFeed::kLdmatrix, 8, sec);
   return p;
 }
 
 std::string Peaks::describe() const
 {
-  char buf[256];
+  char buf[512];
   std::snprintf(buf, sizeof(buf),
                 "bf16 GEMM %.1f TFLOP/s (cuBLAS %dx%dx%d, random data, median of 10); D2D copy %.2f TB/s (%.1f GB, "
-                "read + write, median of 10)",
-                bf16_flops * 1e-12, gemm_n, gemm_n, gemm_n, copy_bytes_per_s * 1e-12, copy_bytes / 1e9);
+                "read + write, median of 10); mma.sync bf16 %.1f TFLOP/s (registers, %d warps/SM, median of 5), "
+                "%.1f TFLOP/s fed by ldmatrix.x4 per 2 mma at 8 warps/SM",
+                bf16_flops * 1e-12, gemm_n, gemm_n, gemm_n, copy_bytes_per_s * 1e-12, copy_bytes / 1e9,
+                mma_sync_flops * 1e-12, mma_sync_warps_per_sm, mma_ldmatrix_flops * 1e-12);
   return buf;
 }
 } // namespace canopy::cuda

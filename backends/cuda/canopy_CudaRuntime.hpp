@@ -1,11 +1,12 @@
 /// \file canopy_CudaRuntime.hpp
 /// \brief A small host API over the CUDA runtime, usable from plain C++ (no nvcc): availability,
 /// device facts, RAII device buffers, streams, events, graph capture/replay in global capture
-/// mode, an L2 flusher, timing statistics and the two peak measurements the roofline uses.
+/// mode, an L2 flusher, timing statistics and the peak measurements the roofline uses.
 /// Errors throw canopy::RuntimeFailure naming the call; nothing here synchronises unless it says so.
 #pragma once
 
 #include "canopy_Error.hpp"
+#include "canopy_VerifyAttentionCuda.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -248,6 +249,14 @@ struct Peaks
 {
   double bf16_flops = 0;       ///< dense bf16 GEMM, FLOP/s (cuBLAS, fp32 accumulation, random data)
   double copy_bytes_per_s = 0; ///< device-to-device copy, bytes read + written per second
+  /// mma.sync m16n8k16 bf16 from registers, best of 8, 16 and 32 warps per SM: the instruction
+  /// rate an sm_120-instruction-set design can approach on this GPU. On sm_90 the GEMM peak comes
+  /// from wgmma, so the two differ there.
+  double mma_sync_flops = 0;
+  int mma_sync_warps_per_sm = 0;  ///< where mma_sync_flops was measured
+  /// The same instruction fed by one ldmatrix.x4 per two mma at 8 warps per SM (cuda-sm120's Q.K^T
+  /// inner loop and occupancy, with nothing around it).
+  double mma_ldmatrix_flops = 0;
   int gemm_n = 0;
   size_t copy_bytes = 0;
   std::string describe() const;
@@ -257,5 +266,9 @@ struct Peaks
 double measureBf16GemmFlops(cudaStream_t stream, int n = 8192, int reps = 10);
 /// \brief Median of \p reps timed cudaMemcpyAsync D2D of \p bytes; counts read + write bytes.
 double measureCopyBandwidth(cudaStream_t stream, size_t bytes = size_t(2) << 30, int reps = 10);
-Peaks measurePeaks(cudaStream_t stream, int gemm_n = 8192, size_t copy_bytes = size_t(2) << 30);
+/// \brief Median of \p reps timed launchMmaSyncPeak calls at \p warps_per_sm warps per SM (one
+/// block per SM, pinned by its shared-memory request; 4 waves), in FLOP/s.
+double measureMmaSyncFlops(cudaStream_t stream, MmaFeed feed, int warps_per_sm, double seconds = 5e-3, int reps = 5);
+/// \brief All of the above; \p quick shrinks the GEMM, the copy and the mma runs (smoke tests).
+Peaks measurePeaks(cudaStream_t stream, int gemm_n = 8192, size_t copy_bytes = size_t(2) << 30, bool quick = false);
 } // namespace canopy::cuda

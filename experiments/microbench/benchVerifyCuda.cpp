@@ -168,6 +168,7 @@ struct Row
   int64_t P = 0;
   cuda::TimingStats t;
   double tflops = 0, gbs = 0, bound_us = 0, frac = 0, xcheck = 0;
+  double mma_bound_us = 0, frac_mma = 0;  ///< the same bound with the mma.sync peak as the FLOP rate
   size_t ws_bytes = 0;
   int64_t bad = 0;
 };
@@ -207,12 +208,15 @@ std::string jsonRow(Row const &r, cuda::Peaks const &peaks, std::string const &d
                 "{\"design\":\"%s\",\"path\":\"%s\",\"B\":%d,\"T\":%d,\"P\":%lld,\"H\":%d,\"mask\":\"%s\","
                 "\"workspace\":\"%s\",\"nsplit\":%d,\"median_us\":%.3f,\"p10_us\":%.3f,\"p90_us\":%.3f,"
                 "\"samples\":%d,\"tflops\":%.2f,\"gbs\":%.1f,\"bound_us\":%.3f,\"frac_bound\":%.4f,"
+                "\"mma_bound_us\":%.3f,\"frac_mma_bound\":%.4f,"
                 "\"xcheck_rel_l2\":%.3e,\"bad\":%lld,\"workspace_bytes\":%zu,\"peak_tflops\":%.1f,"
+                "\"peak_mma_tflops\":%.1f,\"peak_mma_ldmatrix_tflops\":%.1f,"
                 "\"peak_copy_tbs\":%.3f,\"device\":\"%s (H200 = sm_90 proxy)\"}",
                 r.design.c_str(), r.path.c_str(), r.B, r.T, static_cast<long long>(r.P), r.H, r.mask.c_str(),
                 r.workspace.c_str(), r.nsplit, r.t.median_ms * 1e3, r.t.p10_ms * 1e3, r.t.p90_ms * 1e3, r.t.samples,
-                r.tflops, r.gbs, r.bound_us, r.frac, r.xcheck, static_cast<long long>(r.bad), r.ws_bytes,
-                peaks.bf16_flops * 1e-12, peaks.copy_bytes_per_s * 1e-12, device.c_str());
+                r.tflops, r.gbs, r.bound_us, r.frac, r.mma_bound_us, r.frac_mma, r.xcheck,
+                static_cast<long long>(r.bad), r.ws_bytes, peaks.bf16_flops * 1e-12, peaks.mma_sync_flops * 1e-12,
+                peaks.mma_ldmatrix_flops * 1e-12, peaks.copy_bytes_per_s * 1e-12, device.c_str());
   return buf;
 }
 
@@ -226,7 +230,7 @@ int runBench(Flags const &f)
   }
   cuda::DeviceInfo const dev = cuda::deviceInfo(0);
   cuda::Stream peak_stream;
-  cuda::Peaks const peaks = f.smoke ? cuda::measurePeaks(peak_stream.get(), 1024, size_t(64) << 20)
+  cuda::Peaks const peaks = f.smoke ? cuda::measurePeaks(peak_stream.get(), 1024, size_t(64) << 20, true)
                                     : cuda::measurePeaks(peak_stream.get());
   std::printf("device: %s -- an sm_90 proxy for the sm_120 design target\npeaks (same run): %s\n",
               dev.summary().c_str(), peaks.describe().c_str());
@@ -259,6 +263,7 @@ int runBench(Flags const &f)
           bounds.mask_layout = layout;
           Cost const cost = costOf(meta, f.heads);
           double const bound_s = rooflineSeconds(cost, peaks.bf16_flops, peaks.copy_bytes_per_s);
+          double const mma_bound_s = rooflineSeconds(cost, peaks.mma_sync_flops, peaks.copy_bytes_per_s);
           std::vector<uint16_t> first_out;
           for (std::string const &dname : f.designs)
             for (std::string const &ws_name : f.workspaces)
@@ -292,14 +297,16 @@ int runBench(Flags const &f)
               r.gbs = cost.bytes_min / sec * 1e-9;
               r.bound_us = bound_s * 1e6;
               r.frac = bound_s / sec;
+              r.mma_bound_us = mma_bound_s * 1e6;
+              r.frac_mma = mma_bound_s / sec;
               if (r.bad != 0 || r.xcheck > REL_L2_TOLERANCE)
                 all_ok = false;
               rows.push_back(r);
               std::printf("| %-16s | %-5s | %-10s | B=%d T=%2d P=%6lld ns=%2d | %9.1f us [%9.1f, %9.1f] | %6.1f TFLOP/s | "
-                          "%6.0f GB/s | bound %8.1f us | %5.1f%% | xchk %.1e | bad %lld |\n",
+                          "%6.0f GB/s | bound %8.1f us | %5.1f%% | mma.sync bound %5.1f%% | xchk %.1e | bad %lld |\n",
                           dname.c_str(), mask_name.c_str(), ws_name.c_str(), B, T, static_cast<long long>(P),
                           r.nsplit, r.t.median_ms * 1e3, r.t.p10_ms * 1e3, r.t.p90_ms * 1e3, r.tflops, r.gbs,
-                          r.bound_us, 100 * r.frac, r.xcheck, static_cast<long long>(r.bad));
+                          r.bound_us, 100 * r.frac, 100 * r.frac_mma, r.xcheck, static_cast<long long>(r.bad));
               std::fflush(stdout);
             }
         }

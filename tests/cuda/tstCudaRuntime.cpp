@@ -1,6 +1,7 @@
 /// \file tstCudaRuntime.cpp
 /// \brief The host CUDA API: availability never throws, buffers round-trip, global-mode capture
-/// refuses a capture-unsafe call, timing gives positive samples, percentiles are nearest-rank.
+/// refuses a capture-unsafe call, timing gives positive samples, percentiles are nearest-rank, the
+/// mma.sync peak launcher refuses bad sizes and measures a rate below what the clock allows.
 #include "canopy_CudaRuntime.hpp"
 #include "canopy_CudaTestUtils.hpp"
 
@@ -79,6 +80,38 @@ TEST(CudaRuntime, timedReplaysArePositive)
   EXPECT_LE(t.p10_ms, t.median_ms);
   EXPECT_LE(t.median_ms, t.p90_ms);
   EXPECT_FALSE(cuda::deviceInfo(0).summary().empty());
+}
+
+TEST(CudaRuntime, mmaSyncPeakRefusesBadSizes)
+{
+  // Checked before any launch, so this runs without a GPU too.
+  for (auto feed : {cuda::MmaFeed::kRegisters, cuda::MmaFeed::kLdmatrix})
+  {
+    size_t const smem = cuda::mmaSyncPeakSharedBytes(feed);
+    EXPECT_EQ(cuda::launchMmaSyncPeak(feed, 0, 8, 1, smem, nullptr, nullptr), cudaErrorInvalidValue);
+    EXPECT_EQ(cuda::launchMmaSyncPeak(feed, 1, 33, 1, smem, nullptr, nullptr), cudaErrorInvalidValue);
+    EXPECT_EQ(cuda::launchMmaSyncPeak(feed, 1, 8, 0, smem, nullptr, nullptr), cudaErrorInvalidValue);
+  }
+  EXPECT_EQ(cuda::launchMmaSyncPeak(cuda::MmaFeed::kLdmatrix, 1, 8, 1, 16, nullptr, nullptr), cudaErrorInvalidValue);
+  // 2 * m16n8k16 = 4096 FLOPs per mma; 8 chains from registers, 72 mma per ldmatrix-fed round.
+  EXPECT_EQ(cuda::mmaSyncPeakFlops(cuda::MmaFeed::kRegisters, 3, 2, 5), int64_t(4096) * 8 * 5 * 2 * 3);
+  EXPECT_EQ(cuda::mmaSyncPeakFlops(cuda::MmaFeed::kLdmatrix, 1, 1, 1), int64_t(4096) * 72);
+}
+
+TEST(CudaRuntime, mmaSyncPeakIsBelowTheClockBound)
+{
+  CANOPY_REQUIRE_GPU();
+  cuda::Stream stream;
+  cuda::DeviceInfo const dev = cuda::deviceInfo(0);
+  // No GPU so far does more than 4 dense bf16 m16n8k16 per SM and cycle (16 K FLOP/clk/SM, 4x
+  // Hopper's wgmma rate): a rate above that means the kernel was optimised away or mis-counted.
+  double const ceiling = 16384.0 * dev.sm_count * dev.sm_clock_khz * 1e3;
+  for (auto feed : {cuda::MmaFeed::kRegisters, cuda::MmaFeed::kLdmatrix})
+  {
+    double const f = cuda::measureMmaSyncFlops(stream.get(), feed, 8, 2e-4, 3);
+    EXPECT_GT(f, 0.0);
+    EXPECT_LT(f, ceiling);
+  }
 }
 } // namespace
 } // namespace canopy::test

@@ -1,0 +1,126 @@
+/// \file canopy_MmaSyncPeak.cu
+/// \brief Throughput kernels for the mma.sync ceiling: the rate of the instruction the sm_120
+/// designs may use, measured on the GPU at hand, next to the cuBLAS GEMM peak (which on Hopper uses
+/// wgmma, an instruction the sm_120 designs may not use). The bound that a design of the sm_120
+/// instruction set can approach on an H200 is the mma.sync one, so the tables report both.
+#include "canopy_VerifyAttentionCuda.hpp"
+
+#include <cuda_runtime.h>
+
+namespace canopy::cuda
+{
+namespace
+{
+constexpr int CHAINS = 8;  // independent accumulators per warp: enough to cover the HMMA latency
+
+__device__ __forceinline__ void mma(float (&d)[4], uint32_t const (&a)[4], uint32_t b0, uint32_t b1)
+{
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+               "{%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/// A pair of bf16 values in [-1, 1), different per thread and index: random operands, since
+/// zeros run measurably faster on the tensor cores.
+__device__ __forceinline__ uint32_t operand(uint32_t i)
+{
+  uint32_t h = (threadIdx.x + 977u * blockIdx.x) * 0x9e3779b9u + i * 0x85ebca6bu;
+  h ^= h >> 15;
+  h *= 0x2c1b3c6du;
+  h ^= h >> 12;
+  // Exponent 126 (values in [0.5, 1)) with a random sign and mantissa, in both halves.
+  return (h & 0x807f807fu) | 0x3f003f00u;
+}
+
+__global__ void mmaRegisterKernel(int iters, float *sink)
+{
+  uint32_t a[4], b[CHAINS][2];
+  for (int i = 0; i < 4; ++i)
+    a[i] = operand(i);
+  for (int c = 0; c < CHAINS; ++c)
+    b[c][0] = operand(8 + 2 * c), b[c][1] = operand(9 + 2 * c);
+  float d[CHAINS][4] = {};
+  for (int it = 0; it < iters; ++it)
+#pragma unroll
+    for (int c = 0; c < CHAINS; ++c)
+      mma(d[c], a, b[c][0], b[c][1]);
+  float s = 0.f;
+#pragma unroll
+  for (int c = 0; c < CHAINS; ++c)
+    s += d[c][0] + d[c][1] + d[c][2] + d[c][3];
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = s;
+}
+
+// The Q.K^T inner loop of cuda-sm120 without anything around it: B fragments from one
+// ldmatrix.x4 per two mma (16 keys x 16 dims), 32 rows of 1168 bytes (the padded K tile), four
+// accumulator chains per warp.
+constexpr int LDS_ROWS = 32;
+constexpr int LDS_ROW_BYTES = 1168;
+
+__global__ void mmaLdmatrixKernel(int iters, float *sink)
+{
+  extern __shared__ __align__(16) unsigned char tile[];
+  for (int i = threadIdx.x; i < LDS_ROWS * LDS_ROW_BYTES / 4; i += blockDim.x)
+    reinterpret_cast<uint32_t *>(tile)[i] = operand(i);
+  __syncthreads();
+  uint32_t a[4];
+  for (int i = 0; i < 4; ++i)
+    a[i] = operand(i);
+  int const lane = threadIdx.x & 31;
+  uint32_t const base = static_cast<uint32_t>(__cvta_generic_to_shared(tile));
+  float d[4][4] = {};
+  for (int it = 0; it < iters; ++it)
+#pragma unroll
+    for (int ks = 0; ks < 18; ++ks)
+#pragma unroll
+      for (int np = 0; np < 2; ++np)
+      {
+        uint32_t const addr = base + ((np * 2 + (lane >> 4)) * 8 + (lane & 7)) * LDS_ROW_BYTES +
+                              (ks * 16 + ((lane >> 3) & 1) * 8) * 2;
+        uint32_t r0, r1, r2, r3;
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                     : "r"(addr));
+        mma(d[np * 2], a, r0, r1);
+        mma(d[np * 2 + 1], a, r2, r3);
+      }
+  float s = 0.f;
+#pragma unroll
+  for (int c = 0; c < 4; ++c)
+    s += d[c][0] + d[c][1] + d[c][2] + d[c][3];
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = s;
+}
+} // namespace
+
+int64_t mmaSyncPeakFlops(MmaFeed feed, int blocks, int warps_per_block, int iters)
+{
+  int64_t const mma_per_iter = feed == MmaFeed::kRegisters ? CHAINS : 18 * 4;
+  return int64_t(2) * 16 * 8 * 16 * mma_per_iter * iters * int64_t(warps_per_block) * blocks;
+}
+
+size_t mmaSyncPeakSharedBytes(MmaFeed feed)
+{
+  return feed == MmaFeed::kLdmatrix ? size_t(LDS_ROWS) * LDS_ROW_BYTES : 0;
+}
+
+cudaError_t launchMmaSyncPeak(MmaFeed feed, int blocks, int warps_per_block, int iters, size_t smem_bytes,
+                              float *sink, cudaStream_t stream)
+{
+  if (blocks <= 0 || warps_per_block <= 0 || warps_per_block > 32 || iters <= 0 ||
+      smem_bytes < mmaSyncPeakSharedBytes(feed))
+    return cudaErrorInvalidValue;
+  // Above 48 KB the dynamic shared memory needs the opt-in attribute (both kernels: the register
+  // kernel uses it only to pin blocks per SM).
+  void const *kernel = feed == MmaFeed::kRegisters ? reinterpret_cast<void const *>(mmaRegisterKernel)
+                                                   : reinterpret_cast<void const *>(mmaLdmatrixKernel);
+  cudaError_t const e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
+  if (e != cudaSuccess)
+    return e;
+  if (feed == MmaFeed::kRegisters)
+    mmaRegisterKernel<<<blocks, 32 * warps_per_block, smem_bytes, stream>>>(iters, sink);
+  else
+    mmaLdmatrixKernel<<<blocks, 32 * warps_per_block, smem_bytes, stream>>>(iters, sink);
+  return cudaGetLastError();
+}
+} // namespace canopy::cuda
