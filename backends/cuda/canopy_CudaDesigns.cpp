@@ -1,5 +1,5 @@
 /// \file canopy_CudaDesigns.cpp
-/// \brief cuda-sm120 and cuda-flat: plan checks the shape and sizes the workspace per strategy,
+/// \brief cuda-sm120, cuda-sm120-w32 and cuda-flat: plan checks the shape and sizes the workspace per strategy,
 /// run only enqueues (capture-safe in global mode). There is no fallback path: a shape the kernels
 /// cannot serve is an InputError in plan, so `strict` changes nothing here.
 #include "canopy_CudaDesigns.hpp"
@@ -18,12 +18,26 @@ namespace cuda
 {
 namespace
 {
+/// Which kernel a CudaVerifyDesign launches.
+enum class CudaKernel
+{
+  kSm120,      ///< 16 rows per warp
+  kSm120Wide,  ///< 32 rows per warp
+  kFlat
+};
+
 class CudaVerifyDesign final : public Design
 {
 public:
-  CudaVerifyDesign(bool flat, bool partial_bf16) : _flat(flat), _bf16(!flat && partial_bf16) {}
+  CudaVerifyDesign(CudaKernel kernel, bool partial_bf16)
+      : _kernel(kernel), _flat(kernel == CudaKernel::kFlat), _bf16(!_flat && partial_bf16)
+  {
+  }
 
-  std::string name() const override { return _flat ? "cuda-flat" : "cuda-sm120"; }
+  std::string name() const override
+  {
+    return _kernel == CudaKernel::kFlat ? "cuda-flat" : _kernel == CudaKernel::kSm120Wide ? "cuda-sm120-w32" : "cuda-sm120";
+  }
   MemoryKind memory() const override { return MemoryKind::kCudaDevice; }
   bool captureSafe() const override { return true; }
   std::string path() const override { return _path.empty() ? name() : _path; }
@@ -54,7 +68,8 @@ public:
       throw InputError(who + "nsplit " + std::to_string(options.nsplit) + " outside [1, " +
                        std::to_string(MAX_NSPLIT) + "] (0 = auto)");
     DeviceInfo const dev = deviceInfo(currentDevice());
-    size_t const smem = _flat ? flatSharedBytes() : sm120SharedBytes();
+    size_t const smem = _flat ? flatSharedBytes() : _kernel == CudaKernel::kSm120Wide ? sm120WideSharedBytes()
+                                                                                       : sm120SharedBytes();
     if (dev.smem_per_block_optin < smem)
       throw InputError(who + "needs " + std::to_string(smem) + " bytes of shared memory per block, " + dev.name +
                        " offers " + std::to_string(dev.smem_per_block_optin));
@@ -122,10 +137,12 @@ public:
     }
     if (char const *problem = verifyParamsProblem(p))
       throw InputError(who + problem);
-    cudaError_t const e = _flat ? launchVerifyFlat(p, stream) : launchVerifySm120(p, stream);
+    cudaError_t const e = _flat                                   ? launchVerifyFlat(p, stream)
+                          : _kernel == CudaKernel::kSm120Wide ? launchVerifySm120Wide(p, stream)
+                                                              : launchVerifySm120(p, stream);
     if (per_call)
       check(cudaFreeAsync(per_call, stream), "cudaFreeAsync (per-call workspace)");
-    check(e, _flat ? "launchVerifyFlat" : "launchVerifySm120");
+    check(e, _flat ? "launchVerifyFlat" : _kernel == CudaKernel::kSm120Wide ? "launchVerifySm120Wide" : "launchVerifySm120");
   }
 
 private:
@@ -148,6 +165,7 @@ private:
     return static_cast<int64_t>(bytes / per_row);
   }
 
+  CudaKernel _kernel;
   bool _flat;
   bool _bf16;
   bool _planned = false;
@@ -185,8 +203,15 @@ int suggestNsplit(PlanBounds const &b, int sm_count, bool partial_bf16)
   return best;
 }
 
-DesignPtr makeSm120Design(bool partial_bf16) { return std::make_unique<CudaVerifyDesign>(false, partial_bf16); }
-DesignPtr makeFlatDesign() { return std::make_unique<CudaVerifyDesign>(true, false); }
+DesignPtr makeSm120Design(bool partial_bf16)
+{
+  return std::make_unique<CudaVerifyDesign>(CudaKernel::kSm120, partial_bf16);
+}
+DesignPtr makeSm120WideDesign(bool partial_bf16)
+{
+  return std::make_unique<CudaVerifyDesign>(CudaKernel::kSm120Wide, partial_bf16);
+}
+DesignPtr makeFlatDesign() { return std::make_unique<CudaVerifyDesign>(CudaKernel::kFlat, false); }
 } // namespace cuda
 
 void registerCudaDesigns()
@@ -195,6 +220,11 @@ void registerCudaDesigns()
                  "hand-written CUDA split-K flash-decode: heads x nodes folded into 64-row mma.sync tiles, "
                  "cp.async 2-stage, <= 99 KB smem (sm_120 limits; H200 numbers are an sm_90 proxy)",
                  [] { return cuda::makeSm120Design(false); });
+  registerDesign("cuda-sm120-w32",
+                 "cuda-sm120 with 32 rows per warp: one ldmatrix.x4 feeds 4 mma instead of 2, paid for with a "
+                 "4-warp score exchange and a softmax step per 16 keys (measured slower on the H200, kept to "
+                 "compare on other GPUs)",
+                 [] { return cuda::makeSm120WideDesign(false); });
   registerDesign("cuda-flat",
                  "CUDA baseline with SGLang's Triton extend-kernel structure: block per (request, head, "
                  "32-node tile), whole prefix serially, K and V loaded separately",

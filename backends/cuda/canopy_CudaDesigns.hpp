@@ -1,5 +1,5 @@
 /// \file canopy_CudaDesigns.hpp
-/// \brief The hand-written CUDA designs (`cuda-sm120`, `cuda-flat`) as Design objects, for callers
+/// \brief The hand-written CUDA designs (`cuda-sm120`, `cuda-sm120-w32`, `cuda-flat`) as Design objects, for callers
 /// that need the CUDA-specific knobs (partial dtype) beyond the registry's names.
 #pragma once
 
@@ -10,6 +10,8 @@ namespace canopy::cuda
 /// \brief cuda-sm120 with fp32 (default) or bf16 split partials. Same as makeDesign("cuda-sm120")
 /// when \p partial_bf16 is false.
 DesignPtr makeSm120Design(bool partial_bf16 = false);
+/// \brief cuda-sm120-w32: the 32-rows-per-warp tile, same options as cuda-sm120.
+DesignPtr makeSm120WideDesign(bool partial_bf16 = false);
 /// \brief cuda-flat (never splits, so it has no partials).
 DesignPtr makeFlatDesign();
 

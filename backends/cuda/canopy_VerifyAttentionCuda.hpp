@@ -72,6 +72,7 @@ size_t verifyWorkspaceBytes(int64_t rows, int nsplit, bool partial_bf16);
 
 /// \brief Dynamic shared memory per block of each kernel; both are <= SMEM_LIMIT on every GPU.
 size_t sm120SharedBytes();
+size_t sm120WideSharedBytes();
 size_t flatSharedBytes();
 /// The sm_120 per-block opt-in limit (99 KB), enforced on every GPU, the H200 included.
 constexpr size_t SMEM_LIMIT = 99 * 1024;
@@ -88,6 +89,12 @@ char const *verifyParamsProblem(VerifyParams const &p);
 /// (64-row tiles), mma.sync m16n8k16 bf16 / fp32, ldmatrix, 2-stage cp.async, <= 99 KB shared
 /// memory; then the combine kernel when nsplit > 1. Enqueue only.
 cudaError_t launchVerifySm120(VerifyParams const &p, cudaStream_t stream);
+
+/// \brief cuda-sm120-w32: the same split-K design with 32 rows per warp (2 row groups x 4 warps
+/// that split the Q.K^T dims and the P.V columns): one ldmatrix.x4 feeds 4 mma instead of 2, at the
+/// price of a partial-score exchange over 4 warps and a softmax step per 16 keys. Same params and
+/// workspace as cuda-sm120. Enqueue only.
+cudaError_t launchVerifySm120Wide(VerifyParams const &p, cudaStream_t stream);
 
 /// \brief cuda-flat: SGLang Triton extend-kernel structure: one block per (request, head, 32-node
 /// query tile), whole prefix walked serially, K and V tiles loaded separately. nsplit is ignored.

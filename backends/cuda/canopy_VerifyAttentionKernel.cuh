@@ -184,6 +184,269 @@ struct TileInfo
   int kv0, P, T, s0, s1, node_lo, tree_too_big, mt, split;
 };
 
+/// Shared-memory areas every tile kernel has besides its K/V stages.
+struct TileSmem
+{
+  uint64_t *bitmap;   ///< ancestor / visibility words, ANC_WORDS per tile node
+  int64_t *ring;      ///< slot indices of the next two KV tiles
+  int32_t *sparent;   ///< the request's parents (parents layout)
+  TileInfo *info;
+};
+
+/// What the prologue leaves to the tile kernel.
+struct TileSetup
+{
+  int rows_in_req, tile_row0, ntiles, node_lo, node_hi;
+  bool walk_parents;  ///< the parents layout's ancestor walk is still to do (after the Q fragments)
+};
+
+/// Prologue of the tile kernels: the CTA's rows and KV split, Q rows [tile_row0, +M_TILE) staged
+/// at \p q_stage (zero rows past the request), TileInfo, and the visibility words of the full/tree
+/// layouts, built once per CTA where the split reaches the tree columns, so the score loop tests
+/// a shared-memory bit instead of carrying mask pointers and offsets in registers. Ends with one
+/// __syncthreads. Returns false (CTA-uniform, before any barrier) when the CTA has nothing to do;
+/// an empty split of a live row writes lse = -inf, which the combine weights 0 and reads no O of.
+template <class Cfg>
+__device__ __forceinline__ bool beginTile(VerifyParams const &p, int b, int mt, int split, int head,
+                                          uint32_t q_stage, TileSmem const &sm, TileSetup &st)
+{
+  constexpr int THREADS = Cfg::THREADS;
+  constexpr int M_TILE = Cfg::M_TILE;
+  constexpr int N_TILE = Cfg::N_TILE;
+  int const tid = threadIdx.x;
+  if (b >= p.batch_size)
+    return false;
+  // Request-local positions, rows and node ids are 32-bit (kv_indptr itself is int32); only
+  // global row and slot offsets are 64-bit. Saves the registers the O accumulators need.
+  int const H = p.num_heads;
+  int64_t const qo0 = p.qo_indptr[b];
+  int const T = static_cast<int>(p.qo_indptr[b + 1] - qo0);
+  int const rows_in_req = Cfg::FOLD_HEADS ? T * H : T;
+  int const tile_row0 = mt * M_TILE;
+  if (tile_row0 >= rows_in_req)
+    return false;  // padded row or a tile past this request's tree: nothing to write
+  int const kv0 = p.kv_indptr[b];
+  int const P = p.kv_indptr[b + 1] - kv0;
+  int const L = P + T;
+  int const nsplit = Cfg::FOLD_HEADS ? p.nsplit : 1;
+  int chunk = (L + nsplit - 1) / nsplit;
+  chunk = (chunk + N_TILE - 1) / N_TILE * N_TILE;
+  int const s0 = split * chunk;
+  int const s1 = s0 + chunk < L ? s0 + chunk : L;
+  auto globalRow = [&](int rr) -> int64_t { return Cfg::FOLD_HEADS ? qo0 * H + rr : (qo0 + rr) * H + head; };
+  if (s0 >= s1)
+  {
+    for (int r = tid; r < M_TILE; r += THREADS)
+    {
+      int const rr = tile_row0 + r;
+      if (rr < rows_in_req && globalRow(rr) < p.partial_rows)
+        p.partial_lse[globalRow(rr) * nsplit + split] = NEG_INF;
+    }
+    return false;
+  }
+
+  forChunks<M_TILE, Cfg::QK_CHUNKS, THREADS>(tid, [&](int r, int ch) {
+    int const rr = tile_row0 + r;
+    bool const ok = rr < rows_in_req;
+    uint16_t const *src = ok ? p.q + globalRow(rr) * p.q_row_stride + ch * 8 : p.q;
+    cpAsync16(q_stage + r * Cfg::KV_ROW_BYTES + ch * 16, src, ok);
+  });
+  cpAsyncCommit();
+
+  int const node_lo = Cfg::FOLD_HEADS ? tile_row0 / H : tile_row0;
+  int node_hi = Cfg::FOLD_HEADS ? (tile_row0 + M_TILE - 1) / H : tile_row0 + M_TILE - 1;
+  node_hi = node_hi < T - 1 ? node_hi : T - 1;
+  bool const tree_too_big = T > MAX_TREE;  // outside the plan's bounds: outputs NaN, never silent
+  bool const build_vis = s1 > P && !tree_too_big;
+  if (tid == 0)
+  {
+    TileInfo *const info = sm.info;
+    info->qo0 = qo0;
+    info->kv0 = kv0;
+    info->P = P;
+    info->T = T;
+    info->s0 = s0;
+    info->s1 = s1;
+    info->node_lo = node_lo;
+    info->tree_too_big = tree_too_big;
+    info->mt = mt;
+    info->split = split;
+  }
+  if (build_vis && p.mask == MaskMode::kParents)
+  {
+    for (int i = tid; i < T; i += THREADS)
+      sm.sparent[i] = p.tree_parent[qo0 + i];
+    for (int i = tid; i < Cfg::MAX_TILE_NODES * Cfg::ANC_WORDS; i += THREADS)
+      sm.bitmap[i] = 0;
+  }
+  else if (build_vis)
+  {
+    int64_t const mask0 = p.mask_indptr[b];
+    int const words = (T + 63) / 64;
+    for (int w = tid; w < (node_hi - node_lo + 1) * words; w += THREADS)
+    {
+      int const li = w / words, word = w % words;
+      int const i = node_lo + li;
+      uint8_t const *row = p.custom_mask + mask0 +
+                           (p.mask == MaskMode::kFull ? static_cast<int64_t>(i) * L + P : static_cast<int64_t>(i) * T);
+      uint64_t bits = 0;
+      int const j0 = word * 64;
+      int const jn = T - j0 < 64 ? T - j0 : 64;
+      for (int j = 0; j < jn; ++j)
+        bits |= static_cast<uint64_t>(row[j0 + j] != 0) << j;
+      sm.bitmap[li * Cfg::ANC_WORDS + word] = bits;
+    }
+  }
+  cpAsyncWait<0>();
+  __syncthreads();
+  st.rows_in_req = rows_in_req;
+  st.tile_row0 = tile_row0;
+  st.ntiles = (s1 - s0 + N_TILE - 1) / N_TILE;
+  st.node_lo = node_lo;
+  st.node_hi = node_hi;
+  st.walk_parents = build_vis && p.mask == MaskMode::kParents;
+  return true;
+}
+
+/// Parents layout: each thread walks one node of the tile to the root (depth <= T steps in shared
+/// memory), setting its ancestor bits. A parent that is not smaller than its child (malformed
+/// input) stops the walk instead of looping. The caller's next __syncthreads publishes the bits.
+template <class Cfg>
+__device__ __forceinline__ void walkAncestors(TileSetup const &st, TileSmem const &sm)
+{
+  if (!st.walk_parents)
+    return;
+  for (int li = threadIdx.x; li <= st.node_hi - st.node_lo; li += Cfg::THREADS)
+  {
+    uint64_t *row = sm.bitmap + li * Cfg::ANC_WORDS;
+    for (int k = st.node_lo + li; k >= 0;)
+    {
+      row[k >> 6] |= 1ull << (k & 63);
+      int const up = sm.sparent[k];
+      if (up >= k)
+        break;
+      k = up;
+    }
+  }
+}
+
+/// Bit c set: key (split position) col + c, c < W <= 32, is visible to the row whose ancestor
+/// words start at bitmap[vr] (vr < 0: a row past the request, nothing visible): a prefix key or
+/// a visible tree key, inside the split. Needs col < s1.
+template <int W>
+__device__ __forceinline__ uint32_t visibleWindow(TileInfo const volatile *info, uint64_t const *bitmap, int vr, int col)
+{
+  if (vr < 0)
+    return 0u;
+  constexpr uint32_t FULL = W == 32 ? ~0u : (1u << W) - 1u;
+  int const pre = info->P - col;  // prefix keys in the window (may be <= 0 or >= W)
+  int const lim = info->s1 - col; // keys of the split in the window (>= 1)
+  uint32_t const in_split = lim >= W ? FULL : (1u << lim) - 1u;
+  uint32_t const prefix = pre >= W ? FULL : pre <= 0 ? 0u : (1u << pre) - 1u;
+  uint32_t tree = 0;
+  if (pre < W && !info->tree_too_big)
+  {
+    int const start = -pre;  // tree index of key 0 of the window
+    if (start >= 0)
+    {
+      int const w = start >> 6, sh = start & 63;
+      uint64_t bits = bitmap[vr + w] >> sh;
+      if (sh > 64 - W && (w + 1) * 64 < info->T)
+        bits |= bitmap[vr + w + 1] << (64 - sh);
+      tree = static_cast<uint32_t>(bits);
+    }
+    else
+      tree = static_cast<uint32_t>(bitmap[vr] << -start);  // -start < W
+  }
+  return (prefix | tree) & in_split;
+}
+
+/// Issues the cp.async copies of KV tiles (N_TILE positions of the split) for the calling thread's
+/// share. Positions index the concatenation prefix (kv_indices) + tree (out_cache_loc).
+template <class Cfg>
+struct KvLoader
+{
+  VerifyParams const &p;
+  TileSmem const &sm;
+
+  __device__ __forceinline__ int64_t const *indexPtr(int pos) const
+  {
+    TileInfo const volatile *info = sm.info;
+    int const iP = info->P;
+    return pos < iP ? p.kv_indices + info->kv0 + pos : p.out_cache_loc + info->qo0 + (pos - iP);
+  }
+  /// Slot indices of tile j into ring[j & 1], one iteration before its rows are requested, so the
+  /// KV cp.async never waits on a dependent global load.
+  __device__ __forceinline__ void issueIndices(int j) const
+  {
+    TileInfo const volatile *info = sm.info;
+    int const tid = threadIdx.x;
+    if (tid < Cfg::N_TILE)
+    {
+      int const pos = info->s0 + j * Cfg::N_TILE + tid;
+      bool const ok = pos < info->s1;
+      cpAsync8(smemAddr(sm.ring) + ((j & 1) * Cfg::N_TILE + tid) * 8, indexPtr(ok ? pos : info->s0), ok);
+    }
+  }
+  /// Rows of tile j, CHUNKS 16-byte chunks each (72: K, 64: V), to dst with ROW_BYTES per row;
+  /// rows past the split are zero-filled.
+  template <int CHUNKS, int ROW_BYTES>
+  __device__ __forceinline__ void issueRows(int j, uint32_t dst) const
+  {
+    TileInfo const volatile *info = sm.info;
+    int64_t const *slots = sm.ring + (j & 1) * Cfg::N_TILE;
+    int const rows = info->s1 - info->s0 - j * Cfg::N_TILE;
+    // Slots are < 2^32 (checked on the host), so a row address is one 32 x 32 -> 64-bit
+    // multiply-add instead of the 64-bit product (six instructions per copy in the first SASS).
+    forChunks<Cfg::N_TILE, CHUNKS, Cfg::THREADS, Cfg::LOAD_UNROLL>(threadIdx.x, [&](int r, int ch) {
+      bool const ok = r < rows;
+      void const *src = reinterpret_cast<char const *>(p.kv_pool) +
+                        static_cast<uint64_t>(static_cast<uint32_t>(ok ? slots[r] : 0)) *
+                            static_cast<uint32_t>(2 * p.kv_row_stride) +
+                        ch * 16;
+      cpAsync16(dst + r * ROW_BYTES + ch * 16, src, ok);
+    });
+  }
+  /// Tile 0's slot indices by plain loads (nothing to overlap them with yet).
+  __device__ __forceinline__ void loadFirstIndices() const
+  {
+    TileInfo const volatile *info = sm.info;
+    int const tid = threadIdx.x;
+    if (tid < Cfg::N_TILE)
+    {
+      int const pos = info->s0 + tid;
+      sm.ring[tid] = pos < info->s1 ? *indexPtr(pos) : 0;
+    }
+  }
+};
+
+/// The 2-stage K/V pipeline of the split-K tiles: tile j + 1's rows (and tile j + 2's slot
+/// indices) are in flight while \p compute(j, stage address) runs on tile j. One __syncthreads per
+/// tile frees the stage the next copy overwrites.
+template <class Cfg, class Compute>
+__device__ __forceinline__ void pipelineKV(KvLoader<Cfg> const &ld, int ntiles, uint32_t kv_base, Compute &&compute)
+{
+  ld.loadFirstIndices();
+  __syncthreads();
+  ld.template issueRows<Cfg::QK_CHUNKS, Cfg::KV_ROW_BYTES>(0, kv_base);
+  if (ntiles > 1)
+    ld.issueIndices(1);
+  cpAsyncCommit();
+  for (int j = 0; j < ntiles; ++j)
+  {
+    cpAsyncWait<0>();
+    __syncthreads();
+    if (j + 1 < ntiles)
+    {
+      ld.template issueRows<Cfg::QK_CHUNKS, Cfg::KV_ROW_BYTES>(j + 1, kv_base + ((j + 1) & 1) * Cfg::KV_STAGE_BYTES);
+      if (j + 2 < ntiles)
+        ld.issueIndices(j + 2);
+    }
+    cpAsyncCommit();
+    compute(j, kv_base + (j & 1) * Cfg::KV_STAGE_BYTES);
+  }
+}
+
 /// The calling thread's row group, K/V share and fragment row, re-read from threadIdx where
 /// needed (S2R) rather than kept live.
 template <class Cfg>
@@ -202,7 +465,6 @@ template <class Cfg, class PartialT>
 __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt, int split, int head)
 {
   constexpr int RG = Cfg::ROW_GROUPS;
-  constexpr int THREADS = Cfg::THREADS;
   constexpr int M_TILE = Cfg::M_TILE;
   constexpr int N_TILE = Cfg::N_TILE;
   constexpr int KVB = Cfg::KV_ROW_BYTES;
@@ -226,104 +488,12 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
   constexpr int KS = Cfg::KSPLIT;
   constexpr int PAIRS = Cfg::PAIRS;
 
-  if (b >= p.batch_size)
-    return;
-  // Request-local positions, rows and node ids are 32-bit (kv_indptr itself is int32); only
-  // global row and slot offsets are 64-bit. Saves the registers the O accumulators need.
-  int const H = p.num_heads;
-  int64_t const qo0 = p.qo_indptr[b];
-  int const T = static_cast<int>(p.qo_indptr[b + 1] - qo0);
-  int const rows_in_req = Cfg::FOLD_HEADS ? T * H : T;
-  int const tile_row0 = mt * M_TILE;
-  if (tile_row0 >= rows_in_req)
-    return;  // padded row or a tile past this request's tree: nothing to write
-  int const kv0 = p.kv_indptr[b];
-  int const P = p.kv_indptr[b + 1] - kv0;
-  int const L = P + T;
-  int const nsplit = Cfg::FOLD_HEADS ? p.nsplit : 1;
-  int chunk = (L + nsplit - 1) / nsplit;
-  chunk = (chunk + N_TILE - 1) / N_TILE * N_TILE;
-  int const s0 = split * chunk;
-  int const s1 = s0 + chunk < L ? s0 + chunk : L;
-
-  auto globalRow = [&](int rr) -> int64_t {
-    return Cfg::FOLD_HEADS ? qo0 * H + rr : (qo0 + rr) * H + head;
-  };
-
-  if (s0 >= s1)
-  {
-    // Empty split (short request): lse = -inf, the combine gives it weight 0 and reads no O.
-    for (int r = tid; r < M_TILE; r += THREADS)
-    {
-      int const rr = tile_row0 + r;
-      if (rr < rows_in_req)
-      {
-        int64_t const gr = globalRow(rr);
-        if (gr < p.partial_rows)
-          p.partial_lse[gr * nsplit + split] = NEG_INF;
-      }
-    }
-    return;
-  }
-
-  // ---- Q tile -> shared (zero rows past the request) -> A fragments in registers ----
+  TileSmem const sm{bitmap, ring, sparent, info_w};
+  TileSetup st;
   uint32_t const kv_base = smemAddr(smem);
-  forChunks<M_TILE, Cfg::QK_CHUNKS, THREADS>(tid, [&](int r, int ch) {
-    int const rr = tile_row0 + r;
-    bool const ok = rr < rows_in_req;
-    uint16_t const *src = ok ? p.q + globalRow(rr) * p.q_row_stride + ch * 8 : p.q;
-    cpAsync16(kv_base + r * KVB + ch * 16, src, ok);
-  });
-  cpAsyncCommit();
-
-  // Visibility of the tree columns for the tile's nodes, one bit per (node, tree column), built
-  // once per CTA (only where the split reaches the tree columns) for every layout, so the score
-  // loop tests a shared-memory bit instead of carrying mask pointers and offsets in registers.
-  int const node_lo = Cfg::FOLD_HEADS ? tile_row0 / H : tile_row0;
-  int node_hi = Cfg::FOLD_HEADS ? (tile_row0 + M_TILE - 1) / H : tile_row0 + M_TILE - 1;
-  node_hi = node_hi < T - 1 ? node_hi : T - 1;
-  bool const tree_too_big = T > MAX_TREE;  // outside the plan's bounds: outputs NaN, never silent
-  bool const build_vis = s1 > P && !tree_too_big;
-  if (tid == 0)
-  {
-    info_w->qo0 = qo0;
-    info_w->kv0 = kv0;
-    info_w->P = P;
-    info_w->T = T;
-    info_w->s0 = s0;
-    info_w->s1 = s1;
-    info_w->node_lo = node_lo;
-    info_w->tree_too_big = tree_too_big;
-    info_w->mt = mt;
-    info_w->split = split;
-  }
-  if (build_vis && p.mask == MaskMode::kParents)
-  {
-    for (int i = tid; i < T; i += THREADS)
-      sparent[i] = p.tree_parent[qo0 + i];
-    for (int i = tid; i < Cfg::MAX_TILE_NODES * Cfg::ANC_WORDS; i += THREADS)
-      bitmap[i] = 0;
-  }
-  else if (build_vis)
-  {
-    int64_t const mask0 = p.mask_indptr[b];
-    int const words = (T + 63) / 64;
-    for (int w = tid; w < (node_hi - node_lo + 1) * words; w += THREADS)
-    {
-      int const li = w / words, word = w % words;
-      int const i = node_lo + li;
-      uint8_t const *row = p.custom_mask + mask0 +
-                           (p.mask == MaskMode::kFull ? static_cast<int64_t>(i) * L + P : static_cast<int64_t>(i) * T);
-      uint64_t bits = 0;
-      int const j0 = word * 64;
-      int const jn = T - j0 < 64 ? T - j0 : 64;
-      for (int j = 0; j < jn; ++j)
-        bits |= static_cast<uint64_t>(row[j0 + j] != 0) << j;
-      bitmap[li * Cfg::ANC_WORDS + word] = bits;
-    }
-  }
-  cpAsyncWait<0>();
-  __syncthreads();
+  if (!beginTile<Cfg>(p, b, mt, split, head, kv_base, sm, st))
+    return;
+  int const tile_row0 = st.tile_row0, rows_in_req = st.rows_in_req;
 
   uint32_t qf[Cfg::KSTEPS][4];
 #pragma unroll
@@ -332,23 +502,7 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
     int const k0 = (kh * Cfg::KSTEPS + ks) * 16;
     ldmatrixX4(qf[ks], kv_base + (rg * 16 + (lane & 15)) * KVB + (k0 + (lane >> 4) * 8) * 2);
   }
-  if (build_vis && p.mask == MaskMode::kParents)
-  {
-    // Each thread walks one node to the root: depth <= T steps in shared memory. A parent that is
-    // not smaller than its child (malformed input) stops the walk instead of looping.
-    for (int li = tid; li <= node_hi - node_lo; li += THREADS)
-    {
-      uint64_t *row = bitmap + li * Cfg::ANC_WORDS;
-      for (int k = node_lo + li; k >= 0;)
-      {
-        row[k >> 6] |= 1ull << (k & 63);
-        int const up = sparent[k];
-        if (up >= k)
-          break;
-        k = up;
-      }
-    }
-  }
+  walkAncestors<Cfg>(st, sm);
   __syncthreads();  // Q staging is free for KV tiles; ancestor sets are visible
 
   // Per-thread rows: g and g + 8 of the warp's row group.
@@ -374,44 +528,8 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
     o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
   float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
 
-  int const ntiles = (s1 - s0 + N_TILE - 1) / N_TILE;
-  auto indexPtr = [&](int pos) -> int64_t const * {
-    int const iP = info->P;
-    return pos < iP ? p.kv_indices + info->kv0 + pos : p.out_cache_loc + info->qo0 + (pos - iP);
-  };
-  uint32_t const ring_base = smemAddr(ring);
-  // Slot indices for tile j land in ring[j & 1] one iteration before its KV rows are requested,
-  // so the KV cp.async never waits on a dependent global load.
-  auto issueIndices = [&](int j) {
-    if (tid < N_TILE)
-    {
-      int const pos = info->s0 + j * N_TILE + tid;
-      bool const ok = pos < info->s1;
-      cpAsync8(ring_base + ((j & 1) * N_TILE + tid) * 8, indexPtr(ok ? pos : info->s0), ok);
-    }
-  };
-  // Slots are < 2^32 (checked on the host), so a row address is one 32 x 32 -> 64-bit multiply-add
-  // instead of the 64-bit product (six instructions per copy in the first version's SASS).
-  auto rowAddr = [&](int64_t slot, int ch) -> void const * {
-    return reinterpret_cast<char const *>(p.kv_pool) +
-           static_cast<uint64_t>(static_cast<uint32_t>(slot)) * static_cast<uint32_t>(2 * p.kv_row_stride) + ch * 16;
-  };
-  auto issueKV = [&](int j, uint32_t dst) {
-    int64_t const *slots = ring + (j & 1) * N_TILE;
-    int const rows = info->s1 - info->s0 - j * N_TILE;  // valid rows of tile j
-    forChunks<N_TILE, Cfg::QK_CHUNKS, THREADS, Cfg::LOAD_UNROLL>(tid, [&](int r, int ch) {
-      bool const ok = r < rows;
-      cpAsync16(dst + r * KVB + ch * 16, rowAddr(ok ? slots[r] : 0, ch), ok);
-    });
-  };
-  auto issueV = [&](int j, uint32_t dst) {
-    int64_t const *slots = ring + (j & 1) * N_TILE;
-    int const rows = info->s1 - info->s0 - j * N_TILE;
-    forChunks<N_TILE, Cfg::V_CHUNKS, THREADS, Cfg::LOAD_UNROLL>(tid, [&](int r, int ch) {
-      bool const ok = r < rows;
-      cpAsync16(dst + r * Cfg::V_ROW_BYTES + ch * 16, rowAddr(ok ? slots[r] : 0, ch), ok);
-    });
-  };
+  int const ntiles = st.ntiles;
+  KvLoader<Cfg> const ld{p, sm};
 
   uint32_t pa[2][4];  // probabilities as bf16 A fragments (k = 32 KV rows = 2 k-steps)
 
@@ -456,39 +574,14 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
       s[n][0] = acc.x, s[n][1] = acc.y, s[n][2] = acc.z, s[n][3] = acc.w;
     }
     int const col0 = info->s0 + j * N_TILE;
-    int const pre = info->P - col0;   // prefix columns in this tile (may be <= 0 or >= 32)
-    int const lim = info->s1 - col0;  // valid columns in this tile (>= 1)
-    bool const need_mask = pre < N_TILE || lim < N_TILE;
-    // One 32-bit window per row: bit c = column col0 + c is visible (prefix, or a visible tree
-    // column, and inside the split). Two shared loads per row instead of one per score keep the
-    // temporaries of the masked tiles from pushing the 200 accumulator registers into spills.
-    if (need_mask)
+    // Masks only where the tile reaches the tree columns or the split's end.
+    if (info->P - col0 < N_TILE || info->s1 - col0 < N_TILE)
     {
-      uint32_t vm[2];
-      uint32_t const in_split = lim >= 32 ? ~0u : (1u << lim) - 1u;
-      uint32_t const prefix = pre >= 32 ? ~0u : pre <= 0 ? 0u : (1u << pre) - 1u;
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-      {
-        uint32_t tree = 0;
-        int const vr = visRow(h);
-        if (vr >= 0 && pre < 32 && !info->tree_too_big)
-        {
-          int const start = -pre;  // tree index of column 0 of the tile
-          if (start >= 0)
-          {
-            int const w = start >> 6, sh = start & 63;
-            uint64_t bits = bitmap[vr + w] >> sh;
-            if (sh > 32 && (w + 1) * 64 < info->T)
-              bits |= bitmap[vr + w + 1] << (64 - sh);
-            tree = static_cast<uint32_t>(bits);
-          }
-          else
-            tree = static_cast<uint32_t>(bitmap[vr] << -start);  // -start < 32
-        }
-        // Shifted by this thread's column offset once, so each score tests a constant bit.
-        vm[h] = (vr >= 0 ? (prefix | tree) & in_split : 0u) >> (t4 * 2);
-      }
+      // One 32-bit window per row, shifted by this thread's column offset once, so each score
+      // tests a constant bit. Two shared loads per row instead of one per score keep the
+      // temporaries of the masked tiles from pushing the 200 accumulator registers into spills.
+      uint32_t const vm[2] = {visibleWindow<32>(info, bitmap, visRow(0), col0) >> (t4 * 2),
+                              visibleWindow<32>(info, bitmap, visRow(1), col0) >> (t4 * 2)};
 #pragma unroll
       for (int n = 0; n < 4; ++n)
 #pragma unroll
@@ -576,36 +669,13 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
 
   if constexpr (!Cfg::SEPARATE_V)
   {
-    // 2-stage pipeline: tile j+1's rows (and tile j+2's slot indices) are in flight while tile j
-    // is computed. One __syncthreads per tile also orders the score exchange buffer.
-    if (tid < N_TILE)
-    {
-      int const pos = s0 + tid;
-      ring[tid] = pos < s1 ? *indexPtr(pos) : 0;
-    }
-    __syncthreads();
-    issueKV(0, kv_base);
-    if (ntiles > 1)
-      issueIndices(1);
-    cpAsyncCommit();
-    for (int j = 0; j < ntiles; ++j)
-    {
-      cpAsyncWait<0>();
-      __syncthreads();
-      if (j + 1 < ntiles)
-      {
-        issueKV(j + 1, kv_base + ((j + 1) & 1) * Cfg::KV_STAGE_BYTES);
-        if (j + 2 < ntiles)
-          issueIndices(j + 2);
-      }
-      cpAsyncCommit();
-      uint32_t const buf = kv_base + (j & 1) * Cfg::KV_STAGE_BYTES;
+    pipelineKV<Cfg>(ld, ntiles, kv_base, [&](int j, uint32_t buf) {
       if (rg_valid)
       {
         scoresAndSoftmax(j, buf);
         accumulatePV(buf);
       }
-    }
+    });
   }
   else
   {
@@ -618,12 +688,12 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
       if (tid < N_TILE)
       {
         int const pos = info->s0 + j * N_TILE + tid;
-        ring[(j & 1) * N_TILE + tid] = pos < info->s1 ? *indexPtr(pos) : 0;
+        ring[(j & 1) * N_TILE + tid] = pos < info->s1 ? *ld.indexPtr(pos) : 0;
       }
       __syncthreads();
-      issueKV(j, kv_base);
+      ld.template issueRows<Cfg::QK_CHUNKS, KVB>(j, kv_base);
       cpAsyncCommit();
-      issueV(j, v_base);
+      ld.template issueRows<Cfg::V_CHUNKS, Cfg::V_ROW_BYTES>(j, v_base);
       cpAsyncCommit();
       cpAsyncWait<1>();
       __syncthreads();
@@ -668,13 +738,13 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
     else if (gr < p.partial_rows)
     {
       int const sp = info->split;
-      PartialT *prow = static_cast<PartialT *>(p.partial_o) + (gr * nsplit + sp) * 512 + kh_ * PAIRS * 16 + t4 * 2;
+      PartialT *prow = static_cast<PartialT *>(p.partial_o) + (gr * p.nsplit + sp) * 512 + kh_ * PAIRS * 16 + t4 * 2;
 #pragma unroll
       for (int n = 0; n < 2 * PAIRS; ++n)
         if (32 % KS == 0 || n < 2 * npairs)
           PartialStore<PartialT>::pair(prow + n * 8, o[n][h * 2] * inv, o[n][h * 2 + 1] * inv);
       if (kh_ == 0 && t4 == 0)
-        p.partial_lse[gr * nsplit + sp] = m[h] + log2f(l[h]);
+        p.partial_lse[gr * p.nsplit + sp] = m[h] + log2f(l[h]);
     }
   }
 }

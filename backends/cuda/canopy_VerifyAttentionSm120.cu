@@ -1,7 +1,9 @@
 /// \file canopy_VerifyAttentionSm120.cu
-/// \brief cuda-sm120: split-K flash-decode over the native SGLang buffers, heads x tree nodes
-/// folded into 64-row MMA tiles, plus the split combine kernel and the launch-side checks.
+/// \brief cuda-sm120 and cuda-sm120-w32: split-K flash-decode over the native SGLang buffers,
+/// heads x tree nodes folded into 64-row MMA tiles (16 rows per warp, or 32 in the w32 tile of
+/// canopy_VerifyAttentionWide.cuh), plus the split combine kernel and the launch-side checks.
 #include "canopy_VerifyAttentionKernel.cuh"
+#include "canopy_VerifyAttentionWide.cuh"
 
 #include <mutex>
 
@@ -18,11 +20,15 @@ using Sm120Config = TileConfig<4, 2, true, false>;
 template <class PartialT>
 __global__ void __launch_bounds__(Sm120Config::THREADS, 1) sm120Kernel(VerifyParams const p, int m_tiles)
 {
-  // x = split * m_tiles + m-tile: the m-tiles of one split are neighbours in launch order, so the
-  // CTAs that read the same KV rows run together and all but the first find them in L2.
   int const mt = blockIdx.x % m_tiles;
   int const split = blockIdx.x / m_tiles;
   verifyTile<Sm120Config, PartialT>(p, blockIdx.y, mt, split, 0);
+}
+
+template <class PartialT>
+__global__ void __launch_bounds__(WideConfig::THREADS, 1) sm120WideKernel(VerifyParams const p, int m_tiles)
+{
+  verifyTileWide<PartialT>(p, blockIdx.y, blockIdx.x % m_tiles, blockIdx.x / m_tiles);
 }
 
 /// One 128-thread block per (node, head) row: weights 2^(lse_s - max) over the splits, 4 columns
@@ -86,17 +92,21 @@ size_t verifyWorkspaceBytes(int64_t rows, int nsplit, bool partial_bf16)
 }
 
 size_t sm120SharedBytes() { return Impl::Sm120Config::SMEM_BYTES; }
+size_t sm120WideSharedBytes() { return Impl::WideConfig::SMEM_BYTES; }
 
 cudaError_t prepareVerifyKernels()
 {
   static std::once_flag once;
   static cudaError_t status = cudaSuccess;
   std::call_once(once, [] {
-    int const bytes = Impl::Sm120Config::SMEM_BYTES;
-    status = cudaFuncSetAttribute(Impl::sm120Kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (status == cudaSuccess)
-      status = cudaFuncSetAttribute(Impl::sm120Kernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    bytes);
+    auto allow = [](void const *kernel, int bytes) {
+      return status == cudaSuccess ? cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)
+                                   : status;
+    };
+    status = allow(reinterpret_cast<void const *>(Impl::sm120Kernel<float>), Impl::Sm120Config::SMEM_BYTES);
+    status = allow(reinterpret_cast<void const *>(Impl::sm120Kernel<__nv_bfloat16>), Impl::Sm120Config::SMEM_BYTES);
+    status = allow(reinterpret_cast<void const *>(Impl::sm120WideKernel<float>), Impl::WideConfig::SMEM_BYTES);
+    status = allow(reinterpret_cast<void const *>(Impl::sm120WideKernel<__nv_bfloat16>), Impl::WideConfig::SMEM_BYTES);
     if (status == cudaSuccess)
       status = Impl::prepareFlat();
   });
@@ -131,23 +141,27 @@ char const *verifyParamsProblem(VerifyParams const &p)
   return nullptr;
 }
 
-cudaError_t launchVerifySm120(VerifyParams const &p, cudaStream_t stream)
+namespace
+{
+/// Split kernel over (m-tile, split) x request, then the combine when nsplit > 1. x = split *
+/// m_tiles + m-tile: the m-tiles of one split are neighbours in launch order, so the CTAs that
+/// read the same KV rows run together and all but the first find them in L2.
+template <class Cfg, class KernelF32, class KernelBf16>
+cudaError_t launchSplit(VerifyParams const &p, cudaStream_t stream, KernelF32 f32, KernelBf16 bf16)
 {
   if (verifyParamsProblem(p))
     return cudaErrorInvalidValue;
   if (p.max_batch == 0 || p.max_tree == 0 || p.max_nodes == 0)
     return cudaSuccess;
-  using Cfg = Impl::Sm120Config;
   int64_t const m_tiles = (static_cast<int64_t>(p.max_tree) * p.num_heads + Cfg::M_TILE - 1) / Cfg::M_TILE;
   int64_t const gx = m_tiles * (p.nsplit);
   if (gx > 0x7fffffff)
     return cudaErrorInvalidConfiguration;
   dim3 const grid(static_cast<unsigned>(gx), static_cast<unsigned>(p.max_batch));
   if (p.partial_bf16)
-    Impl::sm120Kernel<__nv_bfloat16>
-        <<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p, static_cast<int>(m_tiles));
+    bf16<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p, static_cast<int>(m_tiles));
   else
-    Impl::sm120Kernel<float><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p, static_cast<int>(m_tiles));
+    f32<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p, static_cast<int>(m_tiles));
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess || p.nsplit == 1)
     return e;
@@ -157,5 +171,16 @@ cudaError_t launchVerifySm120(VerifyParams const &p, cudaStream_t stream)
   else
     Impl::combineKernel<float><<<static_cast<unsigned>(rows), 128, 0, stream>>>(p);
   return cudaGetLastError();
+}
+} // namespace
+
+cudaError_t launchVerifySm120(VerifyParams const &p, cudaStream_t stream)
+{
+  return launchSplit<Impl::Sm120Config>(p, stream, Impl::sm120Kernel<float>, Impl::sm120Kernel<__nv_bfloat16>);
+}
+
+cudaError_t launchVerifySm120Wide(VerifyParams const &p, cudaStream_t stream)
+{
+  return launchSplit<Impl::WideConfig>(p, stream, Impl::sm120WideKernel<float>, Impl::sm120WideKernel<__nv_bfloat16>);
 }
 } // namespace canopy::cuda

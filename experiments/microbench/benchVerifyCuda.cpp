@@ -47,7 +47,7 @@ struct Flags
   std::vector<int> trees{17, 33, 65};
   std::vector<int64_t> prefixes{4096, 16384, 65536, 131072};
   int heads = 8;
-  std::vector<std::string> designs{"cuda-sm120", "cuda-sm120-bf16p", "cuda-flat"};
+  std::vector<std::string> designs{"cuda-sm120", "cuda-sm120-bf16p", "cuda-sm120-w32", "cuda-flat"};
   std::vector<std::string> masks{"full"};
   std::vector<std::string> workspaces{"persistent"};
   int nsplit = 0;  // 0: suggestNsplit per shape
@@ -179,9 +179,11 @@ DesignPtr makeVariant(std::string const &name)
     return cuda::makeSm120Design(false);
   if (name == "cuda-sm120-bf16p")
     return cuda::makeSm120Design(true);
+  if (name == "cuda-sm120-w32")
+    return cuda::makeSm120WideDesign(false);
   if (name == "cuda-flat")
     return cuda::makeFlatDesign();
-  throw InputError("unknown design '" + name + "' (cuda-sm120, cuda-sm120-bf16p, cuda-flat)");
+  throw InputError("unknown design '" + name + "' (cuda-sm120, cuda-sm120-bf16p, cuda-sm120-w32, cuda-flat)");
 }
 
 double relDiff(std::vector<uint16_t> const &a, std::vector<uint16_t> const &b)

@@ -79,6 +79,9 @@ TEST_P(CudaGrid, matchesFp64ReferenceForEveryLayoutAndDesign)
         {"cuda-sm120 f32", [] { return cuda::makeSm120Design(false); }, c.nsplit},
         {"cuda-sm120 bf16", [] { return cuda::makeSm120Design(true); }, c.nsplit},
         {"cuda-sm120 direct", [] { return cuda::makeSm120Design(false); }, 1},
+        {"cuda-sm120-w32 f32", [] { return cuda::makeSm120WideDesign(false); }, c.nsplit},
+        {"cuda-sm120-w32 bf16", [] { return cuda::makeSm120WideDesign(true); }, c.nsplit},
+        {"cuda-sm120-w32 direct", [] { return cuda::makeSm120WideDesign(false); }, 1},
         {"cuda-flat", [] { return cuda::makeFlatDesign(); }, c.nsplit},
     };
     for (auto const &v : variants)
@@ -161,6 +164,7 @@ TEST(CudaDesigns, launcherRefusesBadParams)
   cuda::VerifyParams p;  // null buffers
   EXPECT_NE(cuda::verifyParamsProblem(p), nullptr);
   EXPECT_EQ(cuda::launchVerifySm120(p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::launchVerifySm120Wide(p, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(cuda::launchVerifyFlat(p, nullptr), cudaErrorInvalidValue);
 }
 
@@ -168,6 +172,7 @@ TEST(CudaDesigns, sharedMemoryWithinTheSm120Limit)
 {
   // Enforced at compile time too (static_assert); this keeps the number visible in test output.
   EXPECT_LE(cuda::sm120SharedBytes(), size_t{99} * 1024);
+  EXPECT_LE(cuda::sm120WideSharedBytes(), size_t{99} * 1024);
   EXPECT_LE(cuda::flatSharedBytes(), size_t{99} * 1024);
 }
 
@@ -175,6 +180,7 @@ TEST(CudaDesigns, registeredByName)
 {
   auto names = designNames();
   EXPECT_NE(std::find(names.begin(), names.end(), "cuda-sm120"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "cuda-sm120-w32"), names.end());
   EXPECT_NE(std::find(names.begin(), names.end(), "cuda-flat"), names.end());
 }
 
