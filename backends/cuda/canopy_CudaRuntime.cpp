@@ -323,6 +323,7 @@ Peaks measurePeaks(cudaStream_t stream, int gemm_n, size_t copy_bytes, bool quic
       p.mma_sync_flops = f, p.mma_sync_warps_per_sm = w;
   }
   p.mma_ldmatrix_flops = measureMmaSyncFlops(stream, MmaFeed::kLdmatrix, 8, sec);
+  p.mma_ldmatrix_wide_flops = measureMmaSyncFlops(stream, MmaFeed::kLdmatrixWide, 8, sec);
   return p;
 }
 
@@ -332,9 +333,10 @@ std::string Peaks::describe() const
   std::snprintf(buf, sizeof(buf),
                 "bf16 GEMM %.1f TFLOP/s (cuBLAS %dx%dx%d, random data, median of 10); D2D copy %.2f TB/s (%.1f GB, "
                 "read + write, median of 10); mma.sync bf16 %.1f TFLOP/s (registers, %d warps/SM, median of 5), "
-                "%.1f TFLOP/s fed by ldmatrix.x4 per 2 mma at 8 warps/SM",
+                "%.1f TFLOP/s fed by ldmatrix.x4 per 2 mma and %.1f per 4 mma at 8 warps/SM",
                 bf16_flops * 1e-12, gemm_n, gemm_n, gemm_n, copy_bytes_per_s * 1e-12, copy_bytes / 1e9,
-                mma_sync_flops * 1e-12, mma_sync_warps_per_sm, mma_ldmatrix_flops * 1e-12);
+                mma_sync_flops * 1e-12, mma_sync_warps_per_sm, mma_ldmatrix_flops * 1e-12,
+                mma_ldmatrix_wide_flops * 1e-12);
   return buf;
 }
 } // namespace canopy::cuda

@@ -257,6 +257,8 @@ struct Peaks
   /// The same instruction fed by one ldmatrix.x4 per two mma at 8 warps per SM (cuda-sm120's Q.K^T
   /// inner loop and occupancy, with nothing around it).
   double mma_ldmatrix_flops = 0;
+  /// The same with one ldmatrix.x4 per four mma (32 rows per warp), at 8 warps per SM.
+  double mma_ldmatrix_wide_flops = 0;
   int gemm_n = 0;
   size_t copy_bytes = 0;
   std::string describe() const;

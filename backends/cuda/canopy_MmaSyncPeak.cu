@@ -53,26 +53,30 @@ __global__ void mmaRegisterKernel(int iters, float *sink)
 }
 
 // The Q.K^T inner loop of cuda-sm120 without anything around it: B fragments from one
-// ldmatrix.x4 per two mma (16 keys x 16 dims), 32 rows of 1168 bytes (the padded K tile), four
-// accumulator chains per warp.
+// ldmatrix.x4 (16 keys x 16 dims) of 32 rows of 1168 bytes (the padded K tile), shared by MREP
+// A fragments: MREP = 1 is the 16-rows-per-warp tile (one ldmatrix per 2 mma, 4 accumulator
+// chains), MREP = 2 the 32-rows-per-warp tile of cuda-sm120-w32 (per 4 mma, 8 chains).
 constexpr int LDS_ROWS = 32;
 constexpr int LDS_ROW_BYTES = 1168;
 
+template <int MREP>
 __global__ void mmaLdmatrixKernel(int iters, float *sink)
 {
   extern __shared__ __align__(16) unsigned char tile[];
   for (int i = threadIdx.x; i < LDS_ROWS * LDS_ROW_BYTES / 4; i += blockDim.x)
     reinterpret_cast<uint32_t *>(tile)[i] = operand(i);
   __syncthreads();
-  uint32_t a[4];
-  for (int i = 0; i < 4; ++i)
-    a[i] = operand(i);
+  uint32_t a[MREP][4];
+  for (int m = 0; m < MREP; ++m)
+    for (int i = 0; i < 4; ++i)
+      a[m][i] = operand(4 * m + i);
   int const lane = threadIdx.x & 31;
   uint32_t const base = static_cast<uint32_t>(__cvta_generic_to_shared(tile));
-  float d[4][4] = {};
+  float d[MREP][4][4] = {};
+  // 72 mma per round either way: 18 k-steps x 4, or 9 x 8.
   for (int it = 0; it < iters; ++it)
 #pragma unroll
-    for (int ks = 0; ks < 18; ++ks)
+    for (int ks = 0; ks < 18 / MREP; ++ks)
 #pragma unroll
       for (int np = 0; np < 2; ++np)
       {
@@ -82,13 +86,19 @@ __global__ void mmaLdmatrixKernel(int iters, float *sink)
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                      : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                      : "r"(addr));
-        mma(d[np * 2], a, r0, r1);
-        mma(d[np * 2 + 1], a, r2, r3);
+#pragma unroll
+        for (int m = 0; m < MREP; ++m)
+        {
+          mma(d[m][np * 2], a[m], r0, r1);
+          mma(d[m][np * 2 + 1], a[m], r2, r3);
+        }
       }
   float s = 0.f;
 #pragma unroll
-  for (int c = 0; c < 4; ++c)
-    s += d[c][0] + d[c][1] + d[c][2] + d[c][3];
+  for (int m = 0; m < MREP; ++m)
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+      s += d[m][c][0] + d[m][c][1] + d[m][c][2] + d[m][c][3];
   sink[blockIdx.x * blockDim.x + threadIdx.x] = s;
 }
 } // namespace
@@ -101,7 +111,7 @@ int64_t mmaSyncPeakFlops(MmaFeed feed, int blocks, int warps_per_block, int iter
 
 size_t mmaSyncPeakSharedBytes(MmaFeed feed)
 {
-  return feed == MmaFeed::kLdmatrix ? size_t(LDS_ROWS) * LDS_ROW_BYTES : 0;
+  return feed == MmaFeed::kRegisters ? 0 : size_t(LDS_ROWS) * LDS_ROW_BYTES;
 }
 
 cudaError_t launchMmaSyncPeak(MmaFeed feed, int blocks, int warps_per_block, int iters, size_t smem_bytes,
@@ -113,14 +123,17 @@ cudaError_t launchMmaSyncPeak(MmaFeed feed, int blocks, int warps_per_block, int
   // Above 48 KB the dynamic shared memory needs the opt-in attribute (both kernels: the register
   // kernel uses it only to pin blocks per SM).
   void const *kernel = feed == MmaFeed::kRegisters ? reinterpret_cast<void const *>(mmaRegisterKernel)
-                                                   : reinterpret_cast<void const *>(mmaLdmatrixKernel);
+                       : feed == MmaFeed::kLdmatrix ? reinterpret_cast<void const *>(mmaLdmatrixKernel<1>)
+                                                    : reinterpret_cast<void const *>(mmaLdmatrixKernel<2>);
   cudaError_t const e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
   if (e != cudaSuccess)
     return e;
   if (feed == MmaFeed::kRegisters)
     mmaRegisterKernel<<<blocks, 32 * warps_per_block, smem_bytes, stream>>>(iters, sink);
+  else if (feed == MmaFeed::kLdmatrix)
+    mmaLdmatrixKernel<1><<<blocks, 32 * warps_per_block, smem_bytes, stream>>>(iters, sink);
   else
-    mmaLdmatrixKernel<<<blocks, 32 * warps_per_block, smem_bytes, stream>>>(iters, sink);
+    mmaLdmatrixKernel<2><<<blocks, 32 * warps_per_block, smem_bytes, stream>>>(iters, sink);
   return cudaGetLastError();
 }
 } // namespace canopy::cuda

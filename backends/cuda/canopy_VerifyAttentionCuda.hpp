@@ -108,7 +108,8 @@ cudaError_t fillRandomBf16(uint16_t *dst, size_t n, uint64_t seed, float scale, 
 enum class MmaFeed : int
 {
   kRegisters = 0,  ///< registers only: the instruction's rate
-  kLdmatrix = 1    ///< one ldmatrix.x4 per two mma, the cuda-sm120 Q.K^T inner loop without the rest
+  kLdmatrix = 1,   ///< one ldmatrix.x4 per two mma, the cuda-sm120 Q.K^T inner loop without the rest
+  kLdmatrixWide = 2  ///< one ldmatrix.x4 per four mma (32 rows per warp), cuda-sm120-w32's inner loop
 };
 /// \brief Enqueues \p blocks blocks of \p warps_per_block warps, each running \p iters rounds of
 /// independent mma.sync m16n8k16 bf16 -> fp32 on random operands; \p smem_bytes of dynamic shared

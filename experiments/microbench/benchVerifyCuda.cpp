@@ -54,6 +54,7 @@ struct Flags
   int samples = 30;
   int warmup = 3;
   bool flush = true;
+  bool peaks_only = false;  // the peaks, plus the mma.sync feeds over warps per SM, then exit
   std::string out;  // JSON lines, written atomically
 };
 
@@ -109,6 +110,8 @@ Flags parseFlags(int argc, char **argv)
       f.warmup = std::stoi(value());
     else if (a == "--no-flush")
       f.flush = false;
+    else if (a == "--peaks-only")
+      f.peaks_only = true;
     else if (a == "--out")
       f.out = value();
     else if (a.rfind("--benchmark_", 0) == 0)
@@ -212,13 +215,14 @@ std::string jsonRow(Row const &r, cuda::Peaks const &peaks, std::string const &d
                 "\"samples\":%d,\"tflops\":%.2f,\"gbs\":%.1f,\"bound_us\":%.3f,\"frac_bound\":%.4f,"
                 "\"mma_bound_us\":%.3f,\"frac_mma_bound\":%.4f,"
                 "\"xcheck_rel_l2\":%.3e,\"bad\":%lld,\"workspace_bytes\":%zu,\"peak_tflops\":%.1f,"
-                "\"peak_mma_tflops\":%.1f,\"peak_mma_ldmatrix_tflops\":%.1f,"
+                "\"peak_mma_tflops\":%.1f,\"peak_mma_ldmatrix_tflops\":%.1f,\"peak_mma_ldmatrix_wide_tflops\":%.1f,"
                 "\"peak_copy_tbs\":%.3f,\"device\":\"%s (H200 = sm_90 proxy)\"}",
                 r.design.c_str(), r.path.c_str(), r.B, r.T, static_cast<long long>(r.P), r.H, r.mask.c_str(),
                 r.workspace.c_str(), r.nsplit, r.t.median_ms * 1e3, r.t.p10_ms * 1e3, r.t.p90_ms * 1e3, r.t.samples,
                 r.tflops, r.gbs, r.bound_us, r.frac, r.mma_bound_us, r.frac_mma, r.xcheck,
                 static_cast<long long>(r.bad), r.ws_bytes, peaks.bf16_flops * 1e-12, peaks.mma_sync_flops * 1e-12,
-                peaks.mma_ldmatrix_flops * 1e-12, peaks.copy_bytes_per_s * 1e-12, device.c_str());
+                peaks.mma_ldmatrix_flops * 1e-12, peaks.mma_ldmatrix_wide_flops * 1e-12,
+                peaks.copy_bytes_per_s * 1e-12, device.c_str());
   return buf;
 }
 
@@ -236,6 +240,23 @@ int runBench(Flags const &f)
                                     : cuda::measurePeaks(peak_stream.get());
   std::printf("device: %s -- an sm_90 proxy for the sm_120 design target\npeaks (same run): %s\n",
               dev.summary().c_str(), peaks.describe().c_str());
+  if (f.peaks_only)
+  {
+    // Where the mma.sync rate goes with the B-operand feed and the warps per SM (one block per SM).
+    std::printf("\n| mma.sync feed | 4 warps/SM | 8 | 12 | 16 | TFLOP/s, median of 5 |\n|---|---:|---:|---:|---:|---|\n");
+    std::pair<cuda::MmaFeed, char const *> const feeds[] = {
+        {cuda::MmaFeed::kRegisters, "registers (8 chains per warp)"},
+        {cuda::MmaFeed::kLdmatrix, "ldmatrix.x4 per 2 mma (16 rows per warp)"},
+        {cuda::MmaFeed::kLdmatrixWide, "ldmatrix.x4 per 4 mma (32 rows per warp)"}};
+    for (auto const &[feed, label] : feeds)
+    {
+      std::printf("| %s |", label);
+      for (int w : {4, 8, 12, 16})
+        std::printf(" %.1f |", cuda::measureMmaSyncFlops(peak_stream.get(), feed, w) * 1e-12);
+      std::printf(" |\n");
+    }
+    return 0;
+  }
   std::printf("timing: CUDA graph replay, %s, %d samples after %d warm-up replays, median [p10, p90]\n\n",
               f.flush ? "L2 flushed (2 x L2 memset) before each sample" : "no L2 flush", f.samples, f.warmup);
   cuda::L2Flusher flusher;

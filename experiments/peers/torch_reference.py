@@ -147,20 +147,20 @@ def merge(canopy_path, torch_path):
     for r in canopy:
         if r.get("mask", "full") == "full" and r.get("workspace", "persistent") == "persistent":
             by.setdefault(key(r), {})[r["design"]] = r
-    print("| B | T | P | nsplit | cuda-sm120 us | % of bound | TFLOP/s | bf16-partials us | cuda-flat us | "
-          "torch us | x torch | x flat |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| B | T | P | nsplit | cuda-sm120 us | % of bound | % of mma.sync bound | TFLOP/s | bf16-partials us | "
+          "cuda-sm120-w32 us | cuda-flat us | torch us | x torch | x flat |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for k in sorted(by):
         d = by[k]
         s = d.get("cuda-sm120")
         if not s:
             continue
-        bf = d.get("cuda-sm120-bf16p", {}).get("median_us", float("nan"))
-        fl = d.get("cuda-flat", {}).get("median_us", float("nan"))
+        us = lambda name: d.get(name, {}).get("median_us", float("nan"))
         tu = torch_us.get(k, float("nan"))
-        print("| %d | %d | %d | %d | %.1f | %.1f%% | %.1f | %.1f | %.1f | %.1f | %.1fx | %.1fx |" %
-              (k[0], k[1], k[2], s["nsplit"], s["median_us"], 100 * s["frac_bound"], s["tflops"], bf, fl, tu,
-               tu / s["median_us"], fl / s["median_us"]))
+        print("| %d | %d | %d | %d | %.1f | %.1f%% | %.1f%% | %.1f | %.1f | %.1f | %.1f | %.1f | %.1fx | %.1fx |" %
+              (k[0], k[1], k[2], s["nsplit"], s["median_us"], 100 * s["frac_bound"],
+               100 * s.get("frac_mma_bound", float("nan")), s["tflops"], us("cuda-sm120-bf16p"),
+               us("cuda-sm120-w32"), us("cuda-flat"), tu, tu / s["median_us"], us("cuda-flat") / s["median_us"]))
 
 
 def main():

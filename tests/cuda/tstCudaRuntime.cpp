@@ -85,7 +85,7 @@ TEST(CudaRuntime, timedReplaysArePositive)
 TEST(CudaRuntime, mmaSyncPeakRefusesBadSizes)
 {
   // Checked before any launch, so this runs without a GPU too.
-  for (auto feed : {cuda::MmaFeed::kRegisters, cuda::MmaFeed::kLdmatrix})
+  for (auto feed : {cuda::MmaFeed::kRegisters, cuda::MmaFeed::kLdmatrix, cuda::MmaFeed::kLdmatrixWide})
   {
     size_t const smem = cuda::mmaSyncPeakSharedBytes(feed);
     EXPECT_EQ(cuda::launchMmaSyncPeak(feed, 0, 8, 1, smem, nullptr, nullptr), cudaErrorInvalidValue);
@@ -96,6 +96,7 @@ TEST(CudaRuntime, mmaSyncPeakRefusesBadSizes)
   // 2 * m16n8k16 = 4096 FLOPs per mma; 8 chains from registers, 72 mma per ldmatrix-fed round.
   EXPECT_EQ(cuda::mmaSyncPeakFlops(cuda::MmaFeed::kRegisters, 3, 2, 5), int64_t(4096) * 8 * 5 * 2 * 3);
   EXPECT_EQ(cuda::mmaSyncPeakFlops(cuda::MmaFeed::kLdmatrix, 1, 1, 1), int64_t(4096) * 72);
+  EXPECT_EQ(cuda::mmaSyncPeakFlops(cuda::MmaFeed::kLdmatrixWide, 1, 1, 1), int64_t(4096) * 72);
 }
 
 TEST(CudaRuntime, mmaSyncPeakIsBelowTheClockBound)
@@ -106,7 +107,7 @@ TEST(CudaRuntime, mmaSyncPeakIsBelowTheClockBound)
   // No GPU so far does more than 4 dense bf16 m16n8k16 per SM and cycle (16 K FLOP/clk/SM, 4x
   // Hopper's wgmma rate): a rate above that means the kernel was optimised away or mis-counted.
   double const ceiling = 16384.0 * dev.sm_count * dev.sm_clock_khz * 1e3;
-  for (auto feed : {cuda::MmaFeed::kRegisters, cuda::MmaFeed::kLdmatrix})
+  for (auto feed : {cuda::MmaFeed::kRegisters, cuda::MmaFeed::kLdmatrix, cuda::MmaFeed::kLdmatrixWide})
   {
     double const f = cuda::measureMmaSyncFlops(stream.get(), feed, 8, 2e-4, 3);
     EXPECT_GT(f, 0.0);
