@@ -27,7 +27,7 @@ if [ "$mode" = checks ]; then
   timeout 120 "$test_bin" > "$out/tests.log" 2>&1
   echo "tests exit $?" | tee -a "$out/run.log"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$out/tests.log" | tee -a "$out/run.log"
-  small='Shapes/CudaGrid.*/P0_T1:Shapes/CudaGrid.*/PlessNsplit:Shapes/CudaGrid.*/H3:Shapes/CudaGrid.*/T65:Strategies/CudaGraph.*/sm120_percall_tree:Strategies/CudaGraph.*/flat_persistent_parents'
+  small='Shapes/CudaGrid.*/P0_T1:Shapes/CudaGrid.*/PlessNsplit:Shapes/CudaGrid.*/H3:Shapes/CudaGrid.*/T65:Strategies/CudaGraph.*/sm120_percall_tree:Strategies/CudaGraph.*/w32_percall_parents:Strategies/CudaGraph.*/flat_persistent_parents'
   tiny='Shapes/CudaGrid.*/PlessNsplit:Shapes/CudaGrid.*/H3'
   { echo "== memcheck ($small)"; timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$test_bin" --gtest_filter="$small" 2>&1 | grep -vE "^\[ +(RUN|OK) "; echo "memcheck exit ${PIPESTATUS[0]}";
     echo "== racecheck ($tiny)"; timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 "$test_bin" --gtest_filter="$tiny" 2>&1 | grep -vE "^\[ +(RUN|OK) "; echo "racecheck exit ${PIPESTATUS[0]}"; } > "$out/sanitizer.log" 2>&1

@@ -189,6 +189,7 @@ TEST(CudaDesigns, registeredByName)
 struct GraphCase
 {
   char const *name;
+  std::function<DesignPtr()> make;
   bool flat;
   WorkspaceStrategy workspace;
   MaskLayout layout;
@@ -238,7 +239,7 @@ TEST_P(CudaGraph, replayReadsTheLiveBuffers)
     cap.num_slots = std::max(cap.num_slots, k.num_slots);
     cap.num_heads = k.num_heads;
   }
-  DesignPtr design = c.flat ? cuda::makeFlatDesign() : cuda::makeSm120Design();
+  DesignPtr design = c.make();
   DesignOptions opt;
   opt.nsplit = 8;
   opt.workspace = c.workspace;
@@ -271,11 +272,16 @@ TEST_P(CudaGraph, replayReadsTheLiveBuffers)
 
 INSTANTIATE_TEST_SUITE_P(
     Strategies, CudaGraph,
-    ::testing::Values(GraphCase{"sm120_persistent_full", false, WorkspaceStrategy::kPersistent, MaskLayout::kFull},
-                      GraphCase{"sm120_percall_tree", false, WorkspaceStrategy::kPerCall, MaskLayout::kTree},
-                      GraphCase{"sm120_grow_parents", false, WorkspaceStrategy::kGrow, MaskLayout::kParents},
-                      GraphCase{"flat_persistent_parents", true, WorkspaceStrategy::kPersistent,
-                                MaskLayout::kParents}),
+    ::testing::Values(GraphCase{"sm120_persistent_full", [] { return cuda::makeSm120Design(); }, false,
+                                WorkspaceStrategy::kPersistent, MaskLayout::kFull},
+                      GraphCase{"sm120_percall_tree", [] { return cuda::makeSm120Design(); }, false,
+                                WorkspaceStrategy::kPerCall, MaskLayout::kTree},
+                      GraphCase{"sm120_grow_parents", [] { return cuda::makeSm120Design(); }, false,
+                                WorkspaceStrategy::kGrow, MaskLayout::kParents},
+                      GraphCase{"w32_percall_parents", [] { return cuda::makeSm120WideDesign(); }, false,
+                                WorkspaceStrategy::kPerCall, MaskLayout::kParents},
+                      GraphCase{"flat_persistent_parents", [] { return cuda::makeFlatDesign(); }, true,
+                                WorkspaceStrategy::kPersistent, MaskLayout::kParents}),
     [](::testing::TestParamInfo<GraphCase> const &i) { return std::string(i.param.name); });
 
 TEST(CudaGraphCapture, growWithoutWarmUpFailsTheCaptureLoudly)
