@@ -20,6 +20,10 @@
 ///      mma A-fragment order plus the row's rescale factor (16 B per lane); named barrier.
 ///   3. P.V: each warp reads the A fragments of all 32 rows (4 x 16 B per lane) and accumulates its
 ///      128 output columns (1 ldmatrix.x4.trans : 4 mma).
+/// The next half's Q.K^T is issued in the same straight-line block as this half's softmax (3.9%
+/// faster than in sequence on the H200). Measured on the H200 this tile is still ~8% slower than
+/// the 16-row tile (docs/results/cuda-h200.md): it pays the softmax latency and two barriers per 16
+/// keys, and ptxas issues the 36 HMMAs of a half as one burst ahead of the softmax.
 /// Shared-memory traffic per 32 keys and 64 rows: 260 KB, against 349 KB for the 16-row tile.
 #pragma once
 
@@ -125,8 +129,7 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
   // Step 1: partial scores of the group's 32 rows x 16 keys over this warp's 144 dims, stored as
   // float4 (m, h) = {s[m][0][2h], s[m][0][2h+1], s[m][1][2h], s[m][1][2h+1]}: the 4 values that
   // reducer q = 2m + h needs from this lane, so each reducer read is one conflict-free float4.
-  auto partialScores = [&](uint32_t kbuf, int hh) {
-    float s[2][2][4];
+  auto partialScores = [&](float (&s)[2][2][4], uint32_t kbuf, int hh) {
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
@@ -145,6 +148,8 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
         mmaBf16(s[m][1], qf[m][ks], bf[2], bf[3]);
       }
     }
+  };
+  auto storePartials = [&](float const (&s)[2][2][4]) {
     float4 *mine = xbuf + warp * 4 * 32 + lane;
 #pragma unroll
     for (int m = 0; m < 2; ++m)
@@ -244,22 +249,78 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
     }
   };
 
-  pipelineKV<Cfg>(ld, st.ntiles, kv_base, [&](int j, uint32_t buf) {
-    if (!rg_valid)
-      return;
-#pragma unroll 1
-    for (int hh = 0; hh < 2; ++hh)
+  // Schedule. Half h's softmax and the next half's Q.K^T are one straight-line block, so the
+  // warp's HMMAs run while it reduces and exponentiates (the 16-row tile overlaps nothing: its
+  // ablations add up, docs/results/cuda-h200.md). Per tile j (stage j & 1):
+  //   [QK(j, 1) | softmax(j, 0)]  barrier B  store QK(j, 1)  PV(j, 0)
+  //   wait for tile j + 1; __syncthreads (tile j + 1 visible; partials of (j, 1) stored)
+  //   [QK(j + 1, 0) | softmax(j, 1)]  barrier B  store QK(j + 1, 0)  PV(j, 1)
+  //   __syncthreads (stage j & 1 free; partials of (j + 1, 0) stored); issue tile j + 2 into it.
+  // The partials of a half are stored only after barrier B of the half before: by then every
+  // reducer has read the previous partials, so one 16 KB buffer suffices.
+  int const ntiles = st.ntiles;
+  ld.loadFirstIndices();
+  __syncthreads();
+  ld.template issueRows<Cfg::QK_CHUNKS, KVB>(0, kv_base);
+  if (ntiles > 1)
+    ld.issueIndices(1);
+  cpAsyncCommit();
+  cpAsyncWait<0>();
+  __syncthreads();
+  if (ntiles > 1)
+  {
+    ld.template issueRows<Cfg::QK_CHUNKS, KVB>(1, kv_base + Cfg::KV_STAGE_BYTES);
+    if (ntiles > 2)
+      ld.issueIndices(2);
+  }
+  cpAsyncCommit();
+  float s[2][2][4];
+  if (rg_valid)
+  {
+    partialScores(s, kv_base, 0);
+    storePartials(s);
+  }
+  __syncthreads();
+  for (int j = 0; j < ntiles; ++j)
+  {
+    uint32_t const buf = kv_base + (j & 1) * Cfg::KV_STAGE_BYTES;
+    uint32_t const next = kv_base + ((j + 1) & 1) * Cfg::KV_STAGE_BYTES;
+    int const col0 = info->s0 + j * N_TILE;
+    bool const second = col0 + Cfg::HALF < info->s1;  // CTA-uniform
+    bool const more = j + 1 < ntiles;
+    if (rg_valid)
     {
-      int const col_h = info->s0 + j * N_TILE + hh * Cfg::HALF;
-      if (col_h >= info->s1)
-        break;  // the split ends in the first half: the same for every warp of the CTA
-      partialScores(buf, hh);
+      if (second)
+        partialScores(s, buf, 1);
+      softmaxRows(col0);
       namedBarrier(1 + rg, 128);
-      softmaxRows(col_h);
-      namedBarrier(1 + rg, 128);
-      accumulatePV(buf, hh);
+      if (second)
+        storePartials(s);
+      accumulatePV(buf, 0);
     }
-  });
+    if (!second)
+      break;  // the split's last keys were in half 0 (no tile follows)
+    cpAsyncWait<0>();
+    __syncthreads();
+    if (rg_valid)
+    {
+      if (more)
+        partialScores(s, next, 0);
+      softmaxRows(col0 + Cfg::HALF);
+      namedBarrier(1 + rg, 128);
+      if (more)
+        storePartials(s);
+      accumulatePV(buf, 1);
+    }
+    __syncthreads();
+    if (j + 2 < ntiles)
+    {
+      ld.template issueRows<Cfg::QK_CHUNKS, KVB>(j + 2, buf);
+      if (j + 3 < ntiles)
+        ld.issueIndices(j + 3);
+    }
+    cpAsyncCommit();
+  }
 
   if (!rg_valid)
     return;
