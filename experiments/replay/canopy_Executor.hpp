@@ -32,6 +32,9 @@ public:
   /// \brief Peaks measured on this device in this run (0 when not measured).
   virtual double peakFlops() { return 0; }
   virtual double peakBytesPerSecond() { return 0; }
+  /// \brief The FLOP rate of the matrix instruction the sm_120-style designs may use (mma.sync on a
+  /// GPU), for a second bound beside the GEMM-peak one; 0 where it means nothing (hosts).
+  virtual double peakMmaSyncFlops() { return 0; }
   /// \brief Extra environment facts (GPU name, clocks, driver).
   virtual std::map<std::string, std::string> environment() const { return {}; }
 };

@@ -92,7 +92,7 @@ std::map<int, Bucket> bucketize(StepSource const &src, ExperimentConfig const &c
 struct RowAccumulator
 {
   std::vector<double> samples, step_medians;
-  double flops = 0, bytes = 0, roofline = 0;
+  double flops = 0, bytes = 0, roofline = 0, mma_roofline = 0;
   int64_t checked = 0;
   double max_abs = 0, rel_l2 = 0;
   bool failed = false;
@@ -145,6 +145,7 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
   opt.strict = c.strict;
   double const peak_f = exec.peakFlops() > 0 ? exec.peakFlops() : c.peak_flops;
   double const peak_b = exec.peakBytesPerSecond() > 0 ? exec.peakBytesPerSecond() : c.peak_bytes_per_s;
+  double const peak_mma = exec.peakMmaSyncFlops();
 
   for (auto const &[size, bucket] : buckets)
   {
@@ -216,6 +217,8 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
         acc.bytes += cost.bytes_min;
         if (peak_f > 0 && peak_b > 0)
           acc.roofline += rooflineSeconds(cost, peak_f, peak_b);
+        if (peak_mma > 0 && peak_b > 0)
+          acc.mma_roofline += rooflineSeconds(cost, peak_mma, peak_b);
       }
       tick(1);
     }
@@ -243,6 +246,8 @@ void finishRow(ResultRow &row, RowAccumulator const &acc)
     row.gbps = acc.bytes / row.total_median * 1e-9;
     row.roofline_s = acc.roofline;
     row.roofline_fraction = acc.roofline / row.total_median;
+    row.mma_roofline_s = acc.mma_roofline;
+    row.mma_roofline_fraction = acc.mma_roofline / row.total_median;
   }
   row.checked_steps = acc.checked;
   row.max_abs = acc.max_abs;
@@ -319,6 +324,7 @@ ResultSet runExperiment(ExperimentConfig const &c, ProgressFn const &progress)
           merged.flops += acc.flops;
           merged.bytes += acc.bytes;
           merged.roofline += acc.roofline;
+          merged.mma_roofline += acc.mma_roofline;
           merged.checked += acc.checked;
           merged.max_abs = std::max(merged.max_abs, acc.max_abs);
           merged.rel_l2 = std::max(merged.rel_l2, acc.rel_l2);

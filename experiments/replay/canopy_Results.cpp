@@ -87,6 +87,13 @@ TableLayout layoutOf(ResultSet const &rs, bool latex)
   t.cols.push_back({"GB/s", [=](auto const &r) { return timed(r) ? fmt("%.3g", r.gbps) : "-"; }});
   t.cols.push_back({latex ? "roofline \\%" : "roofline %",
                     [](auto const &r) { return r.roofline_s > 0 ? fmt("%.1f", 100 * r.roofline_fraction) : "-"; }});
+  bool any_mma = false;
+  for (auto const &r : rs.rows)
+    any_mma = any_mma || r.mma_roofline_s > 0;
+  if (any_mma)  // GPU runs: the bound an mma.sync-only (sm_120-style) design can approach here
+    t.cols.push_back({latex ? "mma.sync roofline \\%" : "mma.sync roofline %", [](auto const &r) {
+                        return r.mma_roofline_s > 0 ? fmt("%.1f", 100 * r.mma_roofline_fraction) : "-";
+                      }});
   bool any_ws = false;
   for (auto const &r : rs.rows)
     any_ws = any_ws || r.workspace_bytes > 0;
@@ -162,6 +169,8 @@ std::string toJson(ResultSet const &rs)
                          {"gbps", r.gbps},
                          {"roofline_s", r.roofline_s},
                          {"roofline_fraction", r.roofline_fraction},
+                         {"mma_roofline_s", r.mma_roofline_s},
+                         {"mma_roofline_fraction", r.mma_roofline_fraction},
                          {"speedup", r.speedup},
                          {"checked_steps", r.checked_steps},
                          {"max_abs_error", r.max_abs},
@@ -175,14 +184,15 @@ std::string toCsv(ResultSet const &rs)
 {
   std::ostringstream o;
   o << "input,group,design,path,mask,nsplit,workspace,mode,l2_flush,status,steps,samples,median_s,p10_s,p90_s,"
-       "total_median_s,flops,bytes_min,tflops,gbps,roofline_fraction,speedup,checked_steps,max_abs_error,rel_l2_error,"
+       "total_median_s,flops,bytes_min,tflops,gbps,roofline_fraction,mma_roofline_fraction,speedup,checked_steps,max_abs_error,rel_l2_error,"
        "workspace_bytes\n";
   auto q = [](std::string const &s) { return "\"" + s + "\""; };
   for (auto const &r : rs.rows)
     o << q(r.input) << "," << q(r.group) << "," << r.design << "," << q(r.path) << "," << r.mask << "," << r.nsplit << ","
       << r.workspace << "," << r.mode << "," << (r.l2_flush ? 1 : 0) << "," << r.status << "," << r.steps << ","
       << r.samples << "," << r.median << "," << r.p10 << "," << r.p90 << "," << r.total_median << "," << r.flops << ","
-      << r.bytes << "," << r.tflops << "," << r.gbps << "," << r.roofline_fraction << "," << r.speedup << ","
+      << r.bytes << "," << r.tflops << "," << r.gbps << "," << r.roofline_fraction << "," << r.mma_roofline_fraction
+      << "," << r.speedup << ","
       << r.checked_steps << "," << r.max_abs << "," << r.rel_l2 << "," << r.workspace_bytes << "\n";
   return o.str();
 }

@@ -27,6 +27,8 @@ struct ResultRow
   double tflops = 0, gbps = 0;            ///< flops / total_median, bytes / total_median
   double roofline_s = 0;                  ///< summed per-step bound (0 when peaks unknown)
   double roofline_fraction = 0;           ///< roofline_s / total_median
+  double mma_roofline_s = 0;              ///< the same bound with the mma.sync rate as FLOP peak (0: unknown)
+  double mma_roofline_fraction = 0;       ///< mma_roofline_s / total_median
   double speedup = 0;                     ///< baseline total_median / this total_median (0: no baseline row)
   int64_t checked_steps = 0;
   double max_abs = 0, rel_l2 = 0;         ///< worst over checked steps

@@ -97,6 +97,22 @@ TEST(Results, markdownAndLatexTables)
   EXPECT_NE(toMarkdownTable(rs).find("| 2.50 |"), std::string::npos);
 }
 
+TEST(Results, mmaSyncRooflineColumnOnlyWhereMeasured)
+{
+  ResultSet rs = sample();
+  EXPECT_EQ(toMarkdownTable(rs).find("mma.sync roofline"), std::string::npos) << "hosts measure no mma.sync rate";
+  rs.rows[1].roofline_s = 2.5e-4;
+  rs.rows[1].roofline_fraction = 0.25;
+  rs.rows[1].mma_roofline_s = 3.1e-4;
+  rs.rows[1].mma_roofline_fraction = 0.31;
+  std::string const md = toMarkdownTable(rs);
+  EXPECT_NE(md.find("| mma.sync roofline % |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 25.0 | 31.0 |"), std::string::npos) << md;
+  EXPECT_NE(toLatexTable(rs).find("mma.sync roofline \\%"), std::string::npos);
+  EXPECT_NE(toCsv(rs).find("roofline_fraction,mma_roofline_fraction,speedup"), std::string::npos);
+  EXPECT_NE(toJson(rs).find("\"mma_roofline_fraction\": 0.31"), std::string::npos);
+}
+
 TEST(Results, jsonCsvAndAtomicFiles)
 {
   ResultSet rs = sample();
