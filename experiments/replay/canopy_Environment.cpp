@@ -35,16 +35,16 @@ std::string runCommand(std::string const &cmd)
 
 std::string gitDescribe()
 {
+  std::string const built = CANOPY_GIT_BUILT;
   std::string const dir = CANOPY_SOURCE_DIR;
   std::string h = runCommand("git -C '" + dir + "' rev-parse --short=12 HEAD 2>/dev/null");
   if (h.empty())
-  {
-    std::string const built = CANOPY_GIT_BUILT;
     return built.empty() ? "unknown" : built + " (at build; no checkout at run time)";
-  }
   if (!runCommand("git -C '" + dir + "' status --porcelain --untracked-files=no 2>/dev/null").empty())
     h += "-dirty";
-  return h;
+  // A checkout at the build path on another machine (a copy, a later pull) need not be what the
+  // binary was built from: say both when they differ.
+  return built.empty() || built == h ? h : h + " (checkout at run time; built at " + built + ")";
 }
 
 std::map<std::string, std::string> collectEnvironment(ExperimentConfig const &c, std::set<MemoryKind> const &kinds)

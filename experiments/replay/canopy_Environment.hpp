@@ -12,6 +12,7 @@
 namespace canopy
 {
 std::map<std::string, std::string> collectEnvironment(ExperimentConfig const &config, std::set<MemoryKind> const &kinds);
-/// \brief Short commit hash of the source tree (+ "-dirty"), "unknown" outside a git checkout.
+/// \brief Short commit hash of the source tree (+ "-dirty"), plus the commit the binary was built at
+/// when that differs; the built commit alone where no checkout is at run time.
 std::string gitDescribe();
 } // namespace canopy
