@@ -220,6 +220,25 @@ void checkBlas(cublasStatus_t s, char const *what)
   if (s != CUBLAS_STATUS_SUCCESS)
     throw RuntimeFailure(std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(s)));
 }
+
+/// Median milliseconds of \p reps calls of \p launch, one event pair around each, one
+/// synchronisation at the end (the peak measurements).
+template <class Launch>
+double medianLaunchMs(cudaStream_t stream, int reps, char const *what, Launch &&launch)
+{
+  std::vector<Event> start(reps), stop(reps);
+  for (int i = 0; i < reps; ++i)
+  {
+    start[i].record(stream);
+    launch();
+    stop[i].record(stream);
+  }
+  check(cudaStreamSynchronize(stream), (std::string("cudaStreamSynchronize (") + what + ")").c_str());
+  std::vector<double> ms(reps);
+  for (int i = 0; i < reps; ++i)
+    ms[i] = stop[i].elapsedMsSince(start[i]);
+  return summarize(ms).median_ms;
+}
 } // namespace
 
 double measureBf16GemmFlops(cudaStream_t stream, int n, int reps)
@@ -245,18 +264,7 @@ double measureBf16GemmFlops(cudaStream_t stream, int n, int reps)
   };
   for (int i = 0; i < 3; ++i)
     gemm();
-  std::vector<Event> start(reps), stop(reps);
-  for (int i = 0; i < reps; ++i)
-  {
-    start[i].record(stream);
-    gemm();
-    stop[i].record(stream);
-  }
-  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (gemm peak)");
-  std::vector<double> ms(reps);
-  for (int i = 0; i < reps; ++i)
-    ms[i] = stop[i].elapsedMsSince(start[i]);
-  double const med = summarize(ms).median_ms;
+  double const med = medianLaunchMs(stream, reps, "gemm peak", gemm);
   return 2.0 * n * static_cast<double>(n) * n / (med * 1e-3);
 }
 
@@ -264,20 +272,12 @@ double measureCopyBandwidth(cudaStream_t stream, size_t bytes, int reps)
 {
   DeviceBuffer<uint8_t> src(bytes), dst(bytes);
   src.fillBytes(1, stream);
+  auto copy = [&] {
+    check(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync D2D");
+  };
   for (int i = 0; i < 2; ++i)
-    check(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync D2D");
-  std::vector<Event> start(reps), stop(reps);
-  for (int i = 0; i < reps; ++i)
-  {
-    start[i].record(stream);
-    check(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync D2D");
-    stop[i].record(stream);
-  }
-  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (copy peak)");
-  std::vector<double> ms(reps);
-  for (int i = 0; i < reps; ++i)
-    ms[i] = stop[i].elapsedMsSince(start[i]);
-  return 2.0 * static_cast<double>(bytes) / (summarize(ms).median_ms * 1e-3);
+    copy();
+  return 2.0 * static_cast<double>(bytes) / (medianLaunchMs(stream, reps, "copy peak", copy) * 1e-3);
 }
 
 double measureMmaSyncFlops(cudaStream_t stream, MmaFeed feed, int warps_per_sm, double seconds, int reps)
@@ -294,18 +294,8 @@ double measureMmaSyncFlops(cudaStream_t stream, MmaFeed feed, int warps_per_sm, 
   int const iters = static_cast<int>(std::max<int64_t>(1, static_cast<int64_t>(seconds * 5e14 / per_iter)));
   auto launch = [&] { check(launchMmaSyncPeak(feed, blocks, warps_per_sm, iters, smem, sink.data(), stream), "launchMmaSyncPeak"); };
   launch();
-  std::vector<Event> start(reps), stop(reps);
-  for (int i = 0; i < reps; ++i)
-  {
-    start[i].record(stream);
-    launch();
-    stop[i].record(stream);
-  }
-  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (mma.sync peak)");
-  std::vector<double> ms(reps);
-  for (int i = 0; i < reps; ++i)
-    ms[i] = stop[i].elapsedMsSince(start[i]);
-  return static_cast<double>(mmaSyncPeakFlops(feed, blocks, warps_per_sm, iters)) / (summarize(ms).median_ms * 1e-3);
+  return static_cast<double>(mmaSyncPeakFlops(feed, blocks, warps_per_sm, iters)) /
+         (medianLaunchMs(stream, reps, "mma.sync peak", launch) * 1e-3);
 }
 
 Peaks measurePeaks(cudaStream_t stream, int gemm_n, size_t copy_bytes, bool quick)

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <ostream>
 
 namespace canopy::test
 {
@@ -194,6 +195,9 @@ struct GraphCase
   WorkspaceStrategy workspace;
   MaskLayout layout;
 };
+
+// Test listings name the case, not the bytes of the struct (it holds a std::function).
+void PrintTo(GraphCase const &c, std::ostream *os) { *os << c.name; }
 
 class CudaGraph : public ::testing::TestWithParam<GraphCase>
 {
