@@ -3,7 +3,7 @@
 /// designs may use, measured on the GPU at hand, next to the cuBLAS GEMM peak (which on Hopper uses
 /// wgmma, an instruction the sm_120 designs may not use). The bound that a design of the sm_120
 /// instruction set can approach on an H200 is the mma.sync one, so the tables report both.
-#include "canopy_VerifyAttentionCuda.hpp"
+#include "canopy_VerifyAttentionKernel.cuh"  // the PTX wrappers the designs use
 
 #include <cuda_runtime.h>
 
@@ -11,15 +11,10 @@ namespace canopy::cuda
 {
 namespace
 {
-constexpr int CHAINS = 8;  // independent accumulators per warp: enough to cover the HMMA latency
+using Impl::ldmatrixX4;
+using Impl::mmaBf16;
 
-__device__ __forceinline__ void mma(float (&d)[4], uint32_t const (&a)[4], uint32_t b0, uint32_t b1)
-{
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-               "{%8, %9}, {%0, %1, %2, %3};\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+constexpr int CHAINS = 8;  // independent accumulators per warp: enough to cover the HMMA latency
 
 /// A pair of bf16 values in [-1, 1), different per thread and index: random operands, since
 /// zeros run measurably faster on the tensor cores.
@@ -44,7 +39,7 @@ __global__ void mmaRegisterKernel(int iters, float *sink)
   for (int it = 0; it < iters; ++it)
 #pragma unroll
     for (int c = 0; c < CHAINS; ++c)
-      mma(d[c], a, b[c][0], b[c][1]);
+      mmaBf16(d[c], a, b[c][0], b[c][1]);
   float s = 0.f;
 #pragma unroll
   for (int c = 0; c < CHAINS; ++c)
@@ -82,15 +77,13 @@ __global__ void mmaLdmatrixKernel(int iters, float *sink)
       {
         uint32_t const addr = base + ((np * 2 + (lane >> 4)) * 8 + (lane & 7)) * LDS_ROW_BYTES +
                               (ks * 16 + ((lane >> 3) & 1) * 8) * 2;
-        uint32_t r0, r1, r2, r3;
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                     : "r"(addr));
+        uint32_t r[4];
+        ldmatrixX4(r, addr);
 #pragma unroll
         for (int m = 0; m < MREP; ++m)
         {
-          mma(d[m][np * 2], a[m], r0, r1);
-          mma(d[m][np * 2 + 1], a[m], r2, r3);
+          mmaBf16(d[m][np * 2], a[m], r[0], r[1]);
+          mmaBf16(d[m][np * 2 + 1], a[m], r[2], r[3]);
         }
       }
   float s = 0.f;

@@ -13,13 +13,13 @@
 /// registers). Keys come in 32-key stages (2-stage cp.async ring, as before) and are consumed in
 /// halves of 16 keys:
 ///   1. Q.K^T: each warp computes the partial 32 x 16 scores over its 144 dims (1 ldmatrix : 4 mma)
-///      and stores them (2 KB per warp); named barrier of the row group.
+///      and stores them (2 KB per warp).
 ///   2. Softmax, once per row (not once per warp that holds the row): warp q of the row group
 ///      sums the 4 partials of 8 of its rows (row block q / 2, half q % 2 of the fragment rows),
 ///      masks, updates the running max and sum, and writes the probabilities as bf16 directly in
-///      mma A-fragment order plus the row's rescale factor (16 B per lane); named barrier.
-///   3. P.V: each warp reads the A fragments of all 32 rows (4 x 16 B per lane) and accumulates its
-///      128 output columns (1 ldmatrix.x4.trans : 4 mma).
+///      mma A-fragment order (two 4-byte words per lane) plus the row's rescale factor; barrier.
+///   3. P.V: each warp reads the A fragments of all 32 rows (2 x 16 B per lane) and the 4 rescale
+///      factors, and accumulates its 128 output columns (1 ldmatrix.x4.trans : 4 mma).
 /// The next half's Q.K^T is issued in the same straight-line block as this half's softmax (3.9%
 /// faster than in sequence on the H200). Measured on the H200 this tile is still ~8% slower than
 /// the 16-row tile (docs/results/cuda-h200.md): it pays the softmax latency and two barriers per 16
