@@ -447,6 +447,34 @@ __device__ __forceinline__ void pipelineKV(KvLoader<Cfg> const &ld, int ntiles, 
   }
 }
 
+/// Writes the calling thread's share of one output row: 8-column blocks n < \p live (of at most
+/// NBLK) at columns col + 8 n, values val(n, 0) and val(n, 1) times \p inv. \p direct: bf16 into
+/// `out`; otherwise this split's partial (O normalised by its own sum) and, from \p lse_writer,
+/// the row's lse = m + log2(l) in log2 units, for the combine kernel.
+template <class PartialT, int NBLK, class Val>
+__device__ __forceinline__ void storeRow(VerifyParams const &p, bool direct, int64_t gr, int split, int col, int live,
+                                         float inv, bool lse_writer, float m, float l, Val &&val)
+{
+  if (direct)
+  {
+    uint16_t *orow = p.out + gr * p.out_row_stride + col;
+#pragma unroll
+    for (int n = 0; n < NBLK; ++n)
+      if (n < live)
+        *reinterpret_cast<uint32_t *>(orow + n * 8) = packBf16(val(n, 0) * inv, val(n, 1) * inv);
+  }
+  else if (gr < p.partial_rows)
+  {
+    PartialT *prow = static_cast<PartialT *>(p.partial_o) + (gr * p.nsplit + split) * 512 + col;
+#pragma unroll
+    for (int n = 0; n < NBLK; ++n)
+      if (n < live)
+        PartialStore<PartialT>::pair(prow + n * 8, val(n, 0) * inv, val(n, 1) * inv);
+    if (lse_writer)
+      p.partial_lse[gr * p.nsplit + split] = m + log2f(l);
+  }
+}
+
 /// The calling thread's row group, K/V share and fragment row, re-read from threadIdx where
 /// needed (S2R) rather than kept live.
 template <class Cfg>
@@ -727,25 +755,9 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
     int64_t const qo = info->qo0;
     int64_t const gr = Cfg::FOLD_HEADS ? qo * p.num_heads + rr : (qo + rr) * p.num_heads + head;
     float const inv = info->tree_too_big ? __int_as_float(0x7fc00000) : 1.f / l[h];
-    if (p.nsplit == 1 || !Cfg::FOLD_HEADS)
-    {
-      uint16_t *orow = p.out + gr * p.out_row_stride + kh_ * PAIRS * 16 + t4 * 2;
-#pragma unroll
-      for (int n = 0; n < 2 * PAIRS; ++n)
-        if (32 % KS == 0 || n < 2 * npairs)
-          *reinterpret_cast<uint32_t *>(orow + n * 8) = packBf16(o[n][h * 2] * inv, o[n][h * 2 + 1] * inv);
-    }
-    else if (gr < p.partial_rows)
-    {
-      int const sp = info->split;
-      PartialT *prow = static_cast<PartialT *>(p.partial_o) + (gr * p.nsplit + sp) * 512 + kh_ * PAIRS * 16 + t4 * 2;
-#pragma unroll
-      for (int n = 0; n < 2 * PAIRS; ++n)
-        if (32 % KS == 0 || n < 2 * npairs)
-          PartialStore<PartialT>::pair(prow + n * 8, o[n][h * 2] * inv, o[n][h * 2 + 1] * inv);
-      if (kh_ == 0 && t4 == 0)
-        p.partial_lse[gr * p.nsplit + sp] = m[h] + log2f(l[h]);
-    }
+    storeRow<PartialT, 2 * PAIRS>(p, p.nsplit == 1 || !Cfg::FOLD_HEADS, gr, info->split, kh_ * PAIRS * 16 + t4 * 2,
+                                  32 % KS == 0 ? 2 * PAIRS : 2 * npairs, inv, kh_ == 0 && t4 == 0, m[h], l[h],
+                                  [&](int n, int e) { return o[n][h * 2 + e]; });
   }
 }
 } // namespace canopy::cuda::Impl

@@ -342,24 +342,8 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
       float2 const st = stats[r];
       int64_t const gr = info->qo0 * p.num_heads + rr;
       float const inv = info->tree_too_big ? __int_as_float(0x7fc00000) : 1.f / st.y;
-      int const col = q * Cfg::NBLK * 8 + t4 * 2;
-      if (p.nsplit == 1)
-      {
-        uint16_t *orow = p.out + gr * p.out_row_stride + col;
-#pragma unroll
-        for (int n = 0; n < Cfg::NBLK; ++n)
-          *reinterpret_cast<uint32_t *>(orow + n * 8) = packBf16(o[m][n][h * 2] * inv, o[m][n][h * 2 + 1] * inv);
-      }
-      else if (gr < p.partial_rows)
-      {
-        int const sp = info->split;
-        PartialT *prow = static_cast<PartialT *>(p.partial_o) + (gr * p.nsplit + sp) * 512 + col;
-#pragma unroll
-        for (int n = 0; n < Cfg::NBLK; ++n)
-          PartialStore<PartialT>::pair(prow + n * 8, o[m][n][h * 2] * inv, o[m][n][h * 2 + 1] * inv);
-        if (q == 0 && t4 == 0)
-          p.partial_lse[gr * p.nsplit + sp] = st.x + log2f(st.y);
-      }
+      storeRow<PartialT, Cfg::NBLK>(p, p.nsplit == 1, gr, info->split, q * Cfg::NBLK * 8 + t4 * 2, Cfg::NBLK, inv,
+                                    q == 0 && t4 == 0, st.x, st.y, [&](int n, int e) { return o[m][n][h * 2 + e]; });
     }
 }
 } // namespace canopy::cuda::Impl
