@@ -18,26 +18,28 @@ namespace cuda
 {
 namespace
 {
-/// Which kernel a CudaVerifyDesign launches.
-enum class CudaKernel
+/// What tells the CUDA designs apart: the kernel they launch and its facts.
+struct CudaKernel
 {
-  kSm120,      ///< 16 rows per warp
-  kSm120Wide,  ///< 32 rows per warp
-  kFlat
+  char const *name;      ///< registry name
+  char const *launcher;  ///< named in launch errors
+  cudaError_t (*launch)(VerifyParams const &, cudaStream_t);
+  size_t (*sharedBytes)();
+  bool splits;  ///< split-K with partials (NSPLIT); cuda-flat walks the whole prefix in one block
 };
+CudaKernel const SM120{"cuda-sm120", "launchVerifySm120", launchVerifySm120, sm120SharedBytes, true};
+CudaKernel const SM120_WIDE{"cuda-sm120-w32", "launchVerifySm120Wide", launchVerifySm120Wide, sm120WideSharedBytes, true};
+CudaKernel const FLAT{"cuda-flat", "launchVerifyFlat", launchVerifyFlat, flatSharedBytes, false};
 
 class CudaVerifyDesign final : public Design
 {
 public:
-  CudaVerifyDesign(CudaKernel kernel, bool partial_bf16)
-      : _kernel(kernel), _flat(kernel == CudaKernel::kFlat), _bf16(!_flat && partial_bf16)
+  CudaVerifyDesign(CudaKernel const &kernel, bool partial_bf16)
+      : _kernel(kernel), _bf16(kernel.splits && partial_bf16)
   {
   }
 
-  std::string name() const override
-  {
-    return _kernel == CudaKernel::kFlat ? "cuda-flat" : _kernel == CudaKernel::kSm120Wide ? "cuda-sm120-w32" : "cuda-sm120";
-  }
+  std::string name() const override { return _kernel.name; }
   MemoryKind memory() const override { return MemoryKind::kCudaDevice; }
   bool captureSafe() const override { return true; }
   std::string path() const override { return _path.empty() ? name() : _path; }
@@ -64,12 +66,11 @@ public:
     if (bounds.max_prefix + bounds.max_tree > (int64_t{1} << 30))
       throw InputError(who + "prefix + tree length " + std::to_string(bounds.max_prefix + bounds.max_tree) +
                        " exceeds 2^30 (32-bit request-local positions)");
-    if (!_flat && (options.nsplit < 0 || options.nsplit > MAX_NSPLIT))
+    if (_kernel.splits && (options.nsplit < 0 || options.nsplit > MAX_NSPLIT))
       throw InputError(who + "nsplit " + std::to_string(options.nsplit) + " outside [1, " +
                        std::to_string(MAX_NSPLIT) + "] (0 = auto)");
     DeviceInfo const dev = deviceInfo(currentDevice());
-    size_t const smem = _flat ? flatSharedBytes() : _kernel == CudaKernel::kSm120Wide ? sm120WideSharedBytes()
-                                                                                       : sm120SharedBytes();
+    size_t const smem = _kernel.sharedBytes();
     if (dev.smem_per_block_optin < smem)
       throw InputError(who + "needs " + std::to_string(smem) + " bytes of shared memory per block, " + dev.name +
                        " offers " + std::to_string(dev.smem_per_block_optin));
@@ -77,9 +78,9 @@ public:
     _bounds = bounds;
     _options = options;
     // nsplit 0 = auto: chosen from the plan bounds and the SM count only, so it is capture-safe.
-    _nsplit = _flat ? 1 : options.nsplit > 0 ? options.nsplit : suggestNsplit(bounds, dev.sm_count, _bf16);
+    _nsplit = !_kernel.splits ? 1 : options.nsplit > 0 ? options.nsplit : suggestNsplit(bounds, dev.sm_count, _bf16);
     _planned = true;
-    _path = name() + "/" + (_flat ? std::string("mma-flat") : _nsplit == 1 ? std::string("mma-direct")
+    _path = name() + "/" + (!_kernel.splits ? std::string("mma-flat") : _nsplit == 1 ? std::string("mma-direct")
                                                                            : "mma-split" + std::to_string(_nsplit) +
                                                                                  (_bf16 ? "-bf16" : "-f32")) +
             "/" + toString(bounds.mask_layout);
@@ -137,12 +138,10 @@ public:
     }
     if (char const *problem = verifyParamsProblem(p))
       throw InputError(who + problem);
-    cudaError_t const e = _flat                                   ? launchVerifyFlat(p, stream)
-                          : _kernel == CudaKernel::kSm120Wide ? launchVerifySm120Wide(p, stream)
-                                                              : launchVerifySm120(p, stream);
+    cudaError_t const e = _kernel.launch(p, stream);
     if (per_call)
       check(cudaFreeAsync(per_call, stream), "cudaFreeAsync (per-call workspace)");
-    check(e, _flat ? "launchVerifyFlat" : _kernel == CudaKernel::kSm120Wide ? "launchVerifySm120Wide" : "launchVerifySm120");
+    check(e, _kernel.launcher);
   }
 
 private:
@@ -165,8 +164,7 @@ private:
     return static_cast<int64_t>(bytes / per_row);
   }
 
-  CudaKernel _kernel;
-  bool _flat;
+  CudaKernel const &_kernel;
   bool _bf16;
   bool _planned = false;
   int _nsplit = 1;
@@ -205,13 +203,13 @@ int suggestNsplit(PlanBounds const &b, int sm_count, bool partial_bf16)
 
 DesignPtr makeSm120Design(bool partial_bf16)
 {
-  return std::make_unique<CudaVerifyDesign>(CudaKernel::kSm120, partial_bf16);
+  return std::make_unique<CudaVerifyDesign>(SM120, partial_bf16);
 }
 DesignPtr makeSm120WideDesign(bool partial_bf16)
 {
-  return std::make_unique<CudaVerifyDesign>(CudaKernel::kSm120Wide, partial_bf16);
+  return std::make_unique<CudaVerifyDesign>(SM120_WIDE, partial_bf16);
 }
-DesignPtr makeFlatDesign() { return std::make_unique<CudaVerifyDesign>(CudaKernel::kFlat, false); }
+DesignPtr makeFlatDesign() { return std::make_unique<CudaVerifyDesign>(FLAT, false); }
 } // namespace cuda
 
 void registerCudaDesigns()
