@@ -193,42 +193,17 @@ TimingStats summarize(std::vector<double> s)
   return t;
 }
 
-TimingStats timeGraph(Graph const &graph, cudaStream_t stream, int samples, int warmup, L2Flusher *flusher)
-{
-  for (int i = 0; i < warmup; ++i)
-    graph.replay(stream);
-  std::vector<Event> start(samples), stop(samples);
-  for (int i = 0; i < samples; ++i)
-  {
-    if (flusher)
-      flusher->flush(stream);
-    start[i].record(stream);
-    graph.replay(stream);
-    stop[i].record(stream);
-  }
-  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (timeGraph)");
-  std::vector<double> ms(samples);
-  for (int i = 0; i < samples; ++i)
-    ms[i] = stop[i].elapsedMsSince(start[i]);
-  return summarize(ms);
-}
-
 namespace
 {
-void checkBlas(cublasStatus_t s, char const *what)
-{
-  if (s != CUBLAS_STATUS_SUCCESS)
-    throw RuntimeFailure(std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(s)));
-}
-
-/// Median milliseconds of \p reps calls of \p launch, one event pair around each, one
-/// synchronisation at the end (the peak measurements).
-template <class Launch>
-double medianLaunchMs(cudaStream_t stream, int reps, char const *what, Launch &&launch)
+/// Times \p reps calls of \p launch, one event pair around each, after \p before (untimed, e.g. an
+/// L2 flush); one synchronisation at the end. Shared by the graph timing and the peak measurements.
+template <class Before, class Launch>
+TimingStats timeLaunches(cudaStream_t stream, int reps, char const *what, Before &&before, Launch &&launch)
 {
   std::vector<Event> start(reps), stop(reps);
   for (int i = 0; i < reps; ++i)
   {
+    before();
     start[i].record(stream);
     launch();
     stop[i].record(stream);
@@ -237,9 +212,35 @@ double medianLaunchMs(cudaStream_t stream, int reps, char const *what, Launch &&
   std::vector<double> ms(reps);
   for (int i = 0; i < reps; ++i)
     ms[i] = stop[i].elapsedMsSince(start[i]);
-  return summarize(ms).median_ms;
+  return summarize(ms);
+}
+
+/// Median milliseconds of \p reps timed calls of \p launch (the peak measurements).
+template <class Launch>
+double medianLaunchMs(cudaStream_t stream, int reps, char const *what, Launch &&launch)
+{
+  return timeLaunches(stream, reps, what, [] {}, launch).median_ms;
+}
+
+void checkBlas(cublasStatus_t s, char const *what)
+{
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw RuntimeFailure(std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(s)));
 }
 } // namespace
+
+TimingStats timeGraph(Graph const &graph, cudaStream_t stream, int samples, int warmup, L2Flusher *flusher)
+{
+  for (int i = 0; i < warmup; ++i)
+    graph.replay(stream);
+  return timeLaunches(
+      stream, samples, "timeGraph",
+      [&] {
+        if (flusher)
+          flusher->flush(stream);
+      },
+      [&] { graph.replay(stream); });
+}
 
 double measureBf16GemmFlops(cudaStream_t stream, int n, int reps)
 {
