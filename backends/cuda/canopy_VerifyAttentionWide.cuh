@@ -29,6 +29,8 @@
 
 #include "canopy_VerifyAttentionKernel.cuh"
 
+#include <type_traits>
+
 namespace canopy::cuda::Impl
 {
 struct WideConfig
@@ -281,46 +283,59 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
     storePartials(s);
   }
   __syncthreads();
-  for (int j = 0; j < ntiles; ++j)
-  {
-    uint32_t const buf = kv_base + (j & 1) * Cfg::KV_STAGE_BYTES;
-    uint32_t const next = kv_base + ((j + 1) & 1) * Cfg::KV_STAGE_BYTES;
-    int const col0 = info->s0 + j * N_TILE;
-    bool const second = col0 + Cfg::HALF < info->s1;  // CTA-uniform
-    bool const more = j + 1 < ntiles;
-    if (rg_valid)
+  // Idle row groups run their own copy of the tile loop (same copies and barriers, no compute), so
+  // the compute loop has no branch around its halves: branches there measured 1.3% slower.
+  auto tileLoop = [&](auto valid) {
+    constexpr bool VALID = decltype(valid)::value;
+    for (int j = 0; j < ntiles; ++j)
     {
-      if (second)
-        partialScores(s, buf, 1);
-      softmaxRows(col0);
-      namedBarrier(1 + rg, 128);
-      if (second)
-        storePartials(s);
-      accumulatePV(buf, 0);
+      uint32_t const buf = kv_base + (j & 1) * Cfg::KV_STAGE_BYTES;
+      uint32_t const next = kv_base + ((j + 1) & 1) * Cfg::KV_STAGE_BYTES;
+      int const col0 = info->s0 + j * N_TILE;
+      bool const second = col0 + Cfg::HALF < info->s1;  // CTA-uniform
+      bool const more = j + 1 < ntiles;
+      if constexpr (VALID)
+      {
+        if (second)
+          partialScores(s, buf, 1);
+        softmaxRows(col0);
+        rowGroupBarrier(rg, 128);
+        if (second)
+          storePartials(s);
+        accumulatePV(buf, 0);
+      }
+      else
+        idleRowGroupBarrier(rg, 128);
+      if (!second)
+        break;  // the split's last keys were in half 0 (no tile follows)
+      cpAsyncWait<0>();
+      __syncthreads();
+      if constexpr (VALID)
+      {
+        if (more)
+          partialScores(s, next, 0);
+        softmaxRows(col0 + Cfg::HALF);
+        rowGroupBarrier(rg, 128);
+        if (more)
+          storePartials(s);
+        accumulatePV(buf, 1);
+      }
+      else
+        idleRowGroupBarrier(rg, 128);
+      __syncthreads();
+      if (j + 2 < ntiles)
+      {
+        ld.template issueRows<Cfg::QK_CHUNKS, KVB>(j + 2, buf);
+        if (j + 3 < ntiles)
+          ld.issueIndices(j + 3);
+      }
+      cpAsyncCommit();
     }
-    if (!second)
-      break;  // the split's last keys were in half 0 (no tile follows)
-    cpAsyncWait<0>();
-    __syncthreads();
-    if (rg_valid)
-    {
-      if (more)
-        partialScores(s, next, 0);
-      softmaxRows(col0 + Cfg::HALF);
-      namedBarrier(1 + rg, 128);
-      if (more)
-        storePartials(s);
-      accumulatePV(buf, 1);
-    }
-    __syncthreads();
-    if (j + 2 < ntiles)
-    {
-      ld.template issueRows<Cfg::QK_CHUNKS, KVB>(j + 2, buf);
-      if (j + 3 < ntiles)
-        ld.issueIndices(j + 3);
-    }
-    cpAsyncCommit();
-  }
+  };
+  if (rg_valid)
+    tileLoop(std::true_type{});
+  else
+    tileLoop(std::false_type{});
 
   if (!rg_valid)
     return;
@@ -329,7 +344,7 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
   lrow += __shfl_xor_sync(0xffffffffu, lrow, 2);
   if (t4 == 0)
     stats[rg * 32 + (q >> 1) * 16 + (lane >> 2) + (q & 1) * 8] = make_float2(mrow, lrow);
-  namedBarrier(1 + rg, 128);
+  rowGroupBarrier(rg, 128);
 #pragma unroll
   for (int m = 0; m < 2; ++m)
 #pragma unroll

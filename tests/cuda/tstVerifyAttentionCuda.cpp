@@ -101,6 +101,55 @@ TEST_P(CudaGrid, matchesFp64ReferenceForEveryLayoutAndDesign)
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaGrid, ::testing::ValuesIn(GRID),
                          [](::testing::TestParamInfo<GridCase> const &i) { return std::string(i.param.name); });
 
+// A missing or misplaced barrier shows as outputs that change from run to run (a tile read while
+// the next copy overwrites it). The problem has what makes that likely: last row tiles with idle
+// row groups (T * H not a multiple of 64), several KV tiles per split, masked tiles, ragged
+// requests and a padded row. Every output element must be bit-identical over repeated runs.
+TEST(CudaDesigns, repeatedRunsAreBitIdentical)
+{
+  CANOPY_REQUIRE_GPU();
+  constexpr int REPEATS = 24;
+  HostProblem const problem = makeProblem({"r", 3, 8, 33, 1500, true, 1, 7}, MaskLayout::kTree, 77);
+  cuda::CudaBatchStorage storage(BatchCapacity::of(problem));
+  storage.upload(problem);
+  struct Variant
+  {
+    char const *label;
+    DesignPtr design;
+    int nsplit;
+  };
+  Variant variants[] = {{"cuda-sm120 split", cuda::makeSm120Design(false), 7},
+                        {"cuda-sm120 direct", cuda::makeSm120Design(false), 1},
+                        {"cuda-sm120-w32 split", cuda::makeSm120WideDesign(true), 5},
+                        {"cuda-sm120-w32 direct", cuda::makeSm120WideDesign(false), 1},
+                        {"cuda-flat", cuda::makeFlatDesign(), 1}};
+  for (auto &v : variants)
+  {
+    DesignOptions opt;
+    opt.nsplit = v.nsplit;
+    v.design->plan(boundsOf(problem), opt);
+    storage.poisonOutput();
+    v.design->run(storage.ref(), storage.context());
+    std::vector<uint16_t> const first = storage.downloadOutput();
+    expectMatches(referenceAttention(problem), first, v.label);
+    int differing_runs = 0;
+    size_t first_diff = 0;
+    for (int r = 0; r < REPEATS; ++r)
+    {
+      storage.poisonOutput();
+      v.design->run(storage.ref(), storage.context());
+      std::vector<uint16_t> const again = storage.downloadOutput();
+      auto const mismatch = std::mismatch(first.begin(), first.end(), again.begin());
+      if (mismatch.first == first.end())
+        continue;
+      if (differing_runs++ == 0)
+        first_diff = static_cast<size_t>(mismatch.first - first.begin());
+    }
+    EXPECT_EQ(differing_runs, 0) << v.label << ": " << differing_runs << " of " << REPEATS
+                                 << " runs differ from the first, first at element " << first_diff;
+  }
+}
+
 TEST(CudaDesigns, pathSaysWhichKernelRan)
 {
   CANOPY_REQUIRE_GPU();
