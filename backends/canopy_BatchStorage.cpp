@@ -1,5 +1,7 @@
 #include "canopy_BatchStorage.hpp"
 
+#include "canopy_Batch.hpp"
+
 #include "canopy_Config.hpp"
 #include "canopy_Error.hpp"
 #include "canopy_Reference.hpp"

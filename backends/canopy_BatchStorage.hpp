@@ -3,8 +3,9 @@
 /// behind one interface so checks and the replay engine need not know where memory lives.
 #pragma once
 
-#include "canopy_Batch.hpp"
+#include "canopy_BatchCapacity.hpp"
 #include "canopy_Design.hpp"
+#include "canopy_Error.hpp"
 #include "canopy_Reference.hpp"
 
 #include <memory>

@@ -2,15 +2,20 @@
 /// \brief bf16 stored as uint16_t bits (Debian's Kokkos 3.4 has no bhalf_t), usable on host and device.
 #pragma once
 
-#include <Kokkos_Macros.hpp>
-
 #include <cstdint>
 #include <cstring>
+
+/// Host and device inline (the Kokkos and CUDA kernels call these), without needing Kokkos.
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define CANOPY_HOST_DEVICE_INLINE __host__ __device__ inline
+#else
+#define CANOPY_HOST_DEVICE_INLINE inline
+#endif
 
 namespace canopy
 {
 /// \brief bits -> float: bf16 is the top half of an IEEE binary32, so this is exact.
-KOKKOS_INLINE_FUNCTION float bf16ToFloat(uint16_t bits)
+CANOPY_HOST_DEVICE_INLINE float bf16ToFloat(uint16_t bits)
 {
   uint32_t u = static_cast<uint32_t>(bits) << 16;
   float f;
@@ -20,7 +25,7 @@ KOKKOS_INLINE_FUNCTION float bf16ToFloat(uint16_t bits)
 
 /// \brief float -> bits, round to nearest, ties to even. NaN stays NaN (quiet bit forced so that
 /// truncation cannot turn a NaN payload into Inf); Inf stays Inf; subnormals round like any value.
-KOKKOS_INLINE_FUNCTION uint16_t floatToBf16(float f)
+CANOPY_HOST_DEVICE_INLINE uint16_t floatToBf16(float f)
 {
   uint32_t u;
   memcpy(&u, &f, sizeof(u));
@@ -34,5 +39,5 @@ KOKKOS_INLINE_FUNCTION uint16_t floatToBf16(float f)
 /// \brief Bit pattern of a quiet NaN, used to poison outputs before a run.
 constexpr uint16_t BF16_POISON = 0x7fc1;
 
-KOKKOS_INLINE_FUNCTION bool bf16IsNan(uint16_t bits) { return (bits & 0x7f80u) == 0x7f80u && (bits & 0x7fu) != 0; }
+CANOPY_HOST_DEVICE_INLINE bool bf16IsNan(uint16_t bits) { return (bits & 0x7f80u) == 0x7f80u && (bits & 0x7fu) != 0; }
 } // namespace canopy

@@ -3,7 +3,7 @@
 #include "canopy_Commands.hpp"
 #include "canopy_Error.hpp"
 
-#include <Kokkos_Core.hpp>
+#include "canopy_Runtime.hpp"
 
 #include <iostream>
 
@@ -34,7 +34,7 @@ int main(int argc, char **argv)
     app.exit(e);
     return canopy::EXIT_BAD_INPUT;
   }
-  Kokkos::ScopeGuard guard;
+  canopy::RuntimeGuard guard;
   try
   {
     return action ? action() : 0;

@@ -1,11 +1,18 @@
 /// \file canopy_TestMain.cpp
-/// \brief Shared main of the GoogleTest suites: Kokkos is initialised once around all tests.
-#include <Kokkos_Core.hpp>
+/// \brief Shared main of the GoogleTest suites: Kokkos is initialised once around all tests, except
+/// when the tests are only listed (ctest's discovery at build time): listing needs no device, so a
+/// CUDA Kokkos build discovers its tests on a machine without a GPU.
+#include "canopy_Runtime.hpp"
+
 #include <gtest/gtest.h>
+
+#include <memory>
 
 int main(int argc, char **argv)
 {
-  Kokkos::ScopeGuard guard(argc, argv);
   ::testing::InitGoogleTest(&argc, argv);
+  std::unique_ptr<canopy::RuntimeGuard> guard;
+  if (!::testing::GTEST_FLAG(list_tests))
+    guard = std::make_unique<canopy::RuntimeGuard>(argc, argv);
   return RUN_ALL_TESTS();
 }

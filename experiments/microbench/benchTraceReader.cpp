@@ -13,7 +13,7 @@
 #include "canopy_TraceSimulator.hpp"
 #include "canopy_TraceWriter.hpp"
 
-#include <Kokkos_Core.hpp>
+#include "canopy_Runtime.hpp"
 #include "canopy_BenchArgs.hpp"
 
 #include <benchmark/benchmark.h>
@@ -110,7 +110,7 @@ int main(int argc, char **argv)
 {
   auto args = canopy::bench::stripSmokeFlag(argc, argv);
   bool const smoke = args.smoke;
-  Kokkos::ScopeGuard guard(args.argc, args.argv.data());
+  RuntimeGuard guard(args.argc, args.argv.data());
   benchmark::Initialize(&args.argc, args.argv.data());
   if (benchmark::ReportUnrecognizedArguments(args.argc, args.argv.data()))
     return 2;

@@ -8,12 +8,11 @@
 #include "canopy_Config.hpp"
 #include "canopy_Error.hpp"
 
-#include <Kokkos_Core.hpp>
-
 #include <cstdio>
 
 #ifdef CANOPY_HAVE_CUDA_DESIGNS
 #include "canopy_BatchStorage.hpp"
+#include "canopy_Bf16.hpp"
 #include "canopy_CostModel.hpp"
 #include "canopy_CudaBatchStorage.hpp"
 #include "canopy_CudaDesigns.hpp"
@@ -23,8 +22,8 @@
 #include "canopy_Problem.hpp"
 #include "canopy_Random.hpp"
 #include "canopy_Reference.hpp"
+#include "canopy_Runtime.hpp"
 
-#include <Kokkos_Core.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -356,7 +355,7 @@ int runBench(Flags const &f)
 
 int main(int argc, char **argv)
 {
-  Kokkos::ScopeGuard guard(argc, argv);
+  RuntimeGuard guard(argc, argv);
 #ifndef CANOPY_HAVE_CUDA_DESIGNS
   std::printf("SKIP: benchVerifyCuda: this build has no CUDA designs (CANOPY_ENABLE_CUDA_KERNELS=OFF)\n");
   return 0;

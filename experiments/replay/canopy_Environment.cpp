@@ -3,7 +3,7 @@
 #include "canopy_Config.hpp"
 #include "canopy_Executor.hpp"
 #include "canopy_GitHash.hpp"
-#include "canopy_KokkosCompat.hpp"
+#include "canopy_Runtime.hpp"
 
 #include <array>
 #include <chrono>
@@ -58,9 +58,10 @@ std::map<std::string, std::string> collectEnvironment(ExperimentConfig const &c,
   env["config"] = c.source_path;
   env["config_hash"] = c.hash;
   env["seed"] = std::to_string(c.seed);
-  env["kokkos_version"] = Compat::kokkosVersion();
+  env["kokkos_version"] = kokkosInfo().version;
   env["kokkos_origin"] = CANOPY_KOKKOS_ORIGIN;
-  env["kokkos_default_space"] = Kokkos::DefaultExecutionSpace::name();
+  env["kokkos_default_space"] = kokkosInfo().default_space;
+  env["kokkos_spaces"] = kokkosInfo().spaces;
   env["canopy_version"] = CANOPY_VERSION;
   std::time_t const now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char buf[32];

@@ -3,9 +3,8 @@
 #include "canopy_Config.hpp"
 #include "canopy_Error.hpp"
 #include "canopy_Executor.hpp"
-#include "canopy_KokkosCompat.hpp"
+#include "canopy_Runtime.hpp"
 
-#include <Kokkos_Core.hpp>
 
 #include <chrono>
 #include <fstream>
@@ -45,11 +44,11 @@ public:
     if (l2_flush)
       flushCaches();
     storage.sync();
-    Compat::fence("canopy::replay::before_run");
+    fenceAll("canopy::replay::before_run");
     auto const t0 = std::chrono::steady_clock::now();
     design.run(storage.ref(), storage.context());
     storage.sync();
-    Compat::fence("canopy::replay::after_run");
+    fenceAll("canopy::replay::after_run");
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 
