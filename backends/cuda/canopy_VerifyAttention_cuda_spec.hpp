@@ -1,35 +1,36 @@
 /// \file canopy_VerifyAttention_cuda_spec.hpp
 /// \brief Kokkos::Cuda specialisation of the verify dispatch (backends/kokkos/canopy_VerifyAttention_spec.hpp):
-/// Views -> VerifyParams -> the same cuda-sm120 launchers, on exec.cuda_stream(). Compiled only when
-/// the user's Kokkos has the CUDA backend (none of our registries provides one: the CUDA designs
-/// reach the launchers without Kokkos, through canopy_CudaDesigns.cpp).
+/// `kokkos-team` on a Kokkos::Cuda instance reaches the hand-written cuda-sm120 tile kernel on
+/// exec.cuda_stream(), Kokkos Kernels style (availability trait + specialisation). Views ->
+/// VerifyParams -> the same launcher the cuda-sm120 design calls. Algo::Portable still runs the
+/// TeamPolicy kernel. Compiled where the build has both a CUDA Kokkos and the CUDA designs.
 #pragma once
 
 #include <Kokkos_Core.hpp>
 
-#if defined(KOKKOS_ENABLE_CUDA)
+#if defined(KOKKOS_ENABLE_CUDA) && defined(CANOPY_HAVE_CUDA_DESIGNS)
 
+#include "canopy_CudaParams.hpp"
 #include "canopy_CudaRuntime.hpp"
 #include "canopy_VerifyAttentionCuda.hpp"
 #include "kokkos/canopy_VerifyAttention_spec.hpp"
 
+#define CANOPY_HAVE_CUDA_SPECIALISATION
+
 namespace canopy
 {
-/// Flavour asking for the hand-written sm_120 tile (mma.sync, <= 99 KB shared memory).
-struct CudaSm120Tiles
+template <>
+struct verify_spec_avail<Kokkos::Cuda, TeamTiles> : std::true_type
 {
-  static constexpr char const *name() { return "cuda-sm120"; }
 };
 
-template <>
-struct verify_spec_avail<Kokkos::Cuda, CudaSm120Tiles> : std::true_type
-{
-};
+/// Name of the specialised path in result rows.
+inline constexpr char const *CUDA_SPEC_PATH = "kokkos-team[cuda-sm120]";
 
 /// \pre cuda::prepareVerifyKernels() was called once outside any graph capture (it raises the
-/// kernels' shared-memory limit, which is not a stream operation).
+/// kernels' shared-memory limit, which is not a stream operation): the design's plan() does.
 template <>
-struct VerifyAttention<Kokkos::Cuda, CudaSm120Tiles, true>
+struct VerifyAttention<Kokkos::Cuda, TeamTiles, true>
 {
   using MemorySpace = Kokkos::Cuda::memory_space;
   static VerifyPath run(Kokkos::Cuda const &space, VerifyArgs<MemorySpace> const &a,
@@ -49,25 +50,23 @@ struct VerifyAttention<Kokkos::Cuda, CudaSm120Tiles, true>
     p.batch_size = a.batch_size;
     p.num_heads = a.num_heads;
     p.sm_scale = a.sm_scale;
-    p.mask = a.mask_layout == MaskLayout::kFull   ? cuda::MaskMode::kFull
-             : a.mask_layout == MaskLayout::kTree ? cuda::MaskMode::kTree
-                                                  : cuda::MaskMode::kParents;
+    p.mask = cuda::toMaskMode(a.mask_layout);
     p.max_batch = plan.max_batch;
     p.max_tree = plan.max_tree;
     p.max_nodes = plan.max_nodes;
     p.nsplit = plan.nsplit;
-    // The portable workspace holds (nsplit + 1) x node_capacity x H fp32 rows of O and lse: enough
-    // for this kernel's nsplit x rows layout, which reuses the memory as plain scratch.
+    // The portable workspace holds (nsplit + 1) x node_capacity x H fp32 rows of O and lse: more
+    // than this kernel's nsplit x rows layout, which reuses the memory as plain scratch.
     p.partial_o = ws.partial_out.data();
     p.partial_lse = ws.partial_lse.data();
     p.partial_rows = ws.node_capacity * ws.num_heads;
     p.partial_bf16 = false;
     if (char const *why = cuda::verifyParamsProblem(p))
-      return fallBackToPortable(space, a, ws, plan, CudaSm120Tiles::name(), why);
+      return fallBackToPortable(space, a, ws, plan, CUDA_SPEC_PATH, why);
     cuda::check(cuda::launchVerifySm120(p, space.cuda_stream()), "launchVerifySm120");
-    return {CudaSm120Tiles::name(), false};
+    return {CUDA_SPEC_PATH, false};
   }
 };
 } // namespace canopy
 
-#endif // KOKKOS_ENABLE_CUDA
+#endif // KOKKOS_ENABLE_CUDA && CANOPY_HAVE_CUDA_DESIGNS

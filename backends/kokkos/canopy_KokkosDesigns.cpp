@@ -1,11 +1,22 @@
 /// \file canopy_KokkosDesigns.cpp
 /// \brief The portable designs `kokkos-team` and `kokkos-kk` on Kokkos' default execution space:
 /// plan sizes the split workspace from the bounds, run wraps the batch's raw pointers in unmanaged
-/// Views and enqueues split + combine.
+/// Views and enqueues split + combine on an instance of the space made from the run's context (on
+/// Kokkos::Cuda: the caller's stream, so the replay engine captures them like the CUDA designs).
+/// With a CUDA Kokkos and the CUDA designs in the build, `kokkos-team` reaches the cuda-sm120 tile
+/// kernel through the Kokkos::Cuda specialisation; `kokkos-team-portable` forces the TeamPolicy
+/// kernel on the same space, so both run side by side.
 #include "canopy_Registry.hpp"
 #include "canopy_VerifyAttention_spec.hpp"
+#ifdef CANOPY_HAVE_CUDA_DESIGNS
+#include "canopy_CudaDesigns.hpp"
+#include "canopy_CudaRuntime.hpp"
+#include "canopy_VerifyAttention_cuda_spec.hpp"
+#endif
 
 #include <Kokkos_Core.hpp>
+
+#include <optional>
 
 #include <memory>
 #include <string>
@@ -29,19 +40,65 @@ inline int autoNsplit(PlanBounds const &bounds, int nsplit)
   return std::max(1, std::min(64, (units + requests - 1) / requests));
 }
 
+/// Whether the default space runs on CUDA device memory that the CUDA storage (cudaMalloc) and
+/// the CUDA executor (streams, graphs) can serve.
+#if defined(KOKKOS_ENABLE_CUDA) && defined(CANOPY_HAVE_CUDA_DESIGNS)
+constexpr bool ON_CUDA = std::is_same<ExecSpace, Kokkos::Cuda>::value;
+#else
+constexpr bool ON_CUDA = false;
+#endif
+
+/// The execution-space instance a run enqueues on. On Kokkos::Cuda it is made once per stream of
+/// the run's context (making one allocates, so never inside a captured run: the eager warm-up
+/// before capture makes it); elsewhere the default instance.
+class SpaceForContext
+{
+public:
+  ExecSpace const &get(ExecContext const &ctx)
+  {
+#if defined(KOKKOS_ENABLE_CUDA)
+    if constexpr (ON_CUDA)
+    {
+      if (ctx.cuda_stream && (!_space || _stream != ctx.cuda_stream))
+      {
+        _space.emplace(static_cast<cudaStream_t>(ctx.cuda_stream));
+        _stream = ctx.cuda_stream;
+      }
+    }
+#endif
+    if (!_space)
+      _space.emplace();
+    return *_space;
+  }
+
+private:
+  std::optional<ExecSpace> _space;
+  void *_stream = nullptr;
+};
+
 template <class Flavor>
 class KokkosDesign final : public Design
 {
 public:
-  std::string name() const override { return Flavor::name(); }
-  MemoryKind memory() const override { return MemoryKind::kKokkos; }
+  /// \p portable: the TeamPolicy kernel even where a specialisation serves (Algo::Portable).
+  explicit KokkosDesign(bool portable = false) : _algo(portable ? Algo::Portable : Algo::Auto) {}
+
+  std::string name() const override
+  {
+    return std::string(Flavor::name()) + (_algo == Algo::Portable ? "-portable" : "");
+  }
+  /// On a CUDA Kokkos: device memory served by the CUDA storage, so that the replay engine runs
+  /// these designs on its streams and graphs like the CUDA designs.
+  MemoryKind memory() const override { return ON_CUDA ? MemoryKind::kCudaDevice : MemoryKind::kKokkos; }
+  /// Per-call workspace allocates a View inside run (not stream-ordered): not capturable.
+  bool captureSafe() const override { return ON_CUDA && _strategy != WorkspaceStrategy::kPerCall; }
 
   void plan(PlanBounds const &bounds, DesignOptions const &options) override
   {
     if (options.strict && !verifyFlavorCompiled<ExecSpace, Flavor>())
       throw InputError(name() + ": not compiled for " + std::string(ExecSpace::name()) +
                        " in this build (strict mode forbids the fallback to " + TeamTiles::name() + ")");
-    _plan = Impl::planVerify<ExecSpace>(bounds, autoNsplit(bounds, options.nsplit), options.strict);
+    _plan = Impl::planVerify<ExecSpace>(bounds, nsplitFor(bounds, options.nsplit), options.strict);
     _bounds = bounds;
     _strategy = options.workspace;
     _ws = VerifyWorkspace<MemSpace>();
@@ -53,22 +110,22 @@ public:
     _path = name();
   }
 
-  void run(BatchRef const &batch, ExecContext const &) override
+  void run(BatchRef const &batch, ExecContext const &ctx) override
   {
     if (!_planned)
       throw InputError(name() + ": run() before plan()");
     checkWithinPlan(batch);
     VerifyArgs<MemSpace> const args = wrapBatchRef<MemSpace>(batch, _bounds);
-    ExecSpace const space;
+    ExecSpace const &space = _space.get(ctx);
     if (_strategy == WorkspaceStrategy::kPerCall)
     {
       VerifyWorkspace<MemSpace> const ws = makeVerifyWorkspace<MemSpace>(_plan, batch.num_nodes);
-      record(verifyAttention<ExecSpace, Flavor>(space, args, ws, _plan));
+      record(verifyAttention<ExecSpace, Flavor>(space, args, ws, _plan, _algo));
       return;
     }
     if (_strategy == WorkspaceStrategy::kGrow && !_ws.fits(_plan.numPartials(), batch.num_nodes, _plan.num_heads))
       _ws = makeVerifyWorkspace<MemSpace>(_plan, std::max<int64_t>(batch.num_nodes, 2 * _ws.node_capacity));
-    record(verifyAttention<ExecSpace, Flavor>(space, args, _ws, _plan));
+    record(verifyAttention<ExecSpace, Flavor>(space, args, _ws, _plan, _algo));
   }
 
   std::string path() const override { return _path; }
@@ -91,6 +148,29 @@ private:
 
   void record(VerifyPath const &p) { _path = p.path; }
 
+  /// Whether runs take the Kokkos::Cuda specialisation (the cuda-sm120 tile kernel).
+  bool specialised() const { return _algo == Algo::Auto && verify_spec_avail<ExecSpace, Flavor>::value && ON_CUDA; }
+
+  /// nsplit 0 = auto: the specialised path splits as cuda-sm120 does (from the bounds and the SM
+  /// count), and prepares its kernels here, outside any capture; the portable path as autoNsplit.
+  int nsplitFor(PlanBounds const &bounds, int nsplit) const
+  {
+#ifdef CANOPY_HAVE_CUDA_SPECIALISATION
+    if (specialised())
+    {
+      cuda::check(cuda::prepareVerifyKernels(), "cudaFuncSetAttribute (verify kernels)");
+      int device = 0;
+      cuda::check(cudaGetDevice(&device), "cudaGetDevice");
+      if (nsplit == 0)
+        return cuda::suggestNsplit(bounds, cuda::deviceInfo(device).sm_count);
+    }
+#endif
+    return autoNsplit(bounds, nsplit);
+  }
+
+  Algo _algo = Algo::Auto;
+  SpaceForContext _space;
+
   VerifyPlan _plan;
   PlanBounds _bounds;
   WorkspaceStrategy _strategy = WorkspaceStrategy::kPersistent;
@@ -106,6 +186,11 @@ void registerKokkosDesigns()
                  "portable Kokkos TeamPolicy over (request, head group, KV split): heads x nodes in the tile rows, "
                  "Q and KV tiles in team scratch, fp32 online softmax, split partials + combine",
                  [] { return std::make_unique<KokkosDesign<TeamTiles>>(); });
+  if (verify_spec_avail<ExecSpace, TeamTiles>::value)
+    registerDesign("kokkos-team-portable",
+                   "kokkos-team forced to its portable TeamPolicy kernel where a specialisation would serve the space "
+                   "(the parity and portability-tax baseline)",
+                   [] { return std::make_unique<KokkosDesign<TeamTiles>>(true); });
 #ifdef CANOPY_HAVE_KOKKOSKERNELS
   registerDesign("kokkos-kk", "as kokkos-team, with the tile products by Kokkos Kernels' batched TeamGemm",
                  [] { return std::make_unique<KokkosDesign<BatchedGemmTiles>>(); });

@@ -544,7 +544,7 @@ struct VerifyCombineKernel
   int partials;
   int max_batch;
 
-  static size_t scratchBytes(int num_heads, int num_partials)
+  KOKKOS_INLINE_FUNCTION static size_t scratchBytes(int num_heads, int num_partials)
   {
     return static_cast<size_t>(num_heads) * num_partials * sizeof(float);
   }
