@@ -7,6 +7,7 @@
 /// with a SKIP line where there is no GPU. Numbers from an H200 are an sm_90 proxy for sm_120.
 #include "canopy_Config.hpp"
 #include "canopy_Error.hpp"
+#include "canopy_Runtime.hpp"
 
 #include <cstdio>
 
@@ -22,7 +23,6 @@
 #include "canopy_Problem.hpp"
 #include "canopy_Random.hpp"
 #include "canopy_Reference.hpp"
-#include "canopy_Runtime.hpp"
 
 
 #include <algorithm>
@@ -355,7 +355,7 @@ int runBench(Flags const &f)
 
 int main(int argc, char **argv)
 {
-  RuntimeGuard guard(argc, argv);
+  canopy::RuntimeGuard guard(argc, argv);
 #ifndef CANOPY_HAVE_CUDA_DESIGNS
   std::printf("SKIP: benchVerifyCuda: this build has no CUDA designs (CANOPY_ENABLE_CUDA_KERNELS=OFF)\n");
   return 0;

@@ -38,7 +38,8 @@ TEST(KokkosDesigns, registeredWithKokkosMemory)
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
     DesignPtr d = makeDesign(n);
     EXPECT_EQ(d->name(), n);
-    EXPECT_EQ(d->memory(), MemoryKind::kKokkos);
+    // On a CUDA Kokkos the designs use CUDA device memory (the CUDA storage and executor).
+    EXPECT_TRUE(d->memory() == MemoryKind::kKokkos || d->memory() == MemoryKind::kCudaDevice) << n;
     EXPECT_FALSE(designSummary(n).empty());
   }
 }
@@ -62,7 +63,9 @@ TEST(KokkosDesigns, passCheckDesignForEveryStrategyAndLayout)
         CheckResult const r = checkDesign(*d, p, o, referenceAttention(p));
         SCOPED_TRACE(name + " " + toString(ws) + " " + toString(m) + " seed " + std::to_string(seed));
         EXPECT_TRUE(r.error.pass) << "rel_l2 " << r.error.rel_l2 << ", bad " << r.error.num_bad;
-        EXPECT_EQ(r.path, name);
+        // The path names the design's kernel: its own, or the specialisation it reached.
+        EXPECT_EQ(r.path.rfind(name, 0), 0u) << r.path;
+        EXPECT_EQ(r.path.find("fallback"), std::string::npos) << r.path;
       }
 }
 

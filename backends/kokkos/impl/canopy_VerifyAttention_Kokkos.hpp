@@ -622,7 +622,11 @@ template <class ExecutionSpace, class TileProducts = TeamTileProducts, class Til
 void verifyAttentionTeams(ExecutionSpace const &space, VerifyArgs<typename ExecutionSpace::memory_space> const &args,
                           VerifyWorkspace<typename ExecutionSpace::memory_space> const &ws, VerifyPlan const &plan)
 {
-  using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
+  // Light-weight launches pass the functor as a kernel argument. Without the hint, Kokkos::Cuda
+  // copies functors over 512 bytes (these kernels' argument Views) to constant memory behind an
+  // event synchronisation, which a stream under graph capture refuses.
+  using Policy = decltype(Kokkos::Experimental::require(Kokkos::TeamPolicy<ExecutionSpace>(),
+                                                        Kokkos::Experimental::WorkItemProperty::HintLightWeight));
   if (plan.leagueSize() == 0)
     return;
   size_t const bytes = splitScratchBytes<Tiles>(plan);
