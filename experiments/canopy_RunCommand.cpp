@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <tuple>
 #include <unistd.h>
 
 namespace canopy::cli
@@ -20,8 +21,31 @@ struct RunFlags
 {
   std::string config;
   std::string out;
+  std::string shard;  ///< "K/N": this process runs share K of N (0-based), see docs/experiments.md
   bool quiet = false;
 };
+
+/// "K/N" with 0 <= K < N; InputError naming the flag otherwise.
+std::pair<int, int> parseShard(std::string const &s)
+{
+  size_t const slash = s.find('/');
+  try
+  {
+    if (slash != std::string::npos && slash > 0)
+    {
+      size_t a = 0, b = 0;
+      int const k = std::stoi(s.substr(0, slash), &a);
+      int const n = std::stoi(s.substr(slash + 1), &b);
+      if (a == slash && b == s.size() - slash - 1 && n >= 1 && k >= 0 && k < n)
+        return {k, n};
+    }
+  }
+  catch (std::exception const &)
+  {
+  }
+  throw InputError("--shard: expected K/N with 0 <= K < N (e.g. 0/3, as $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT), got \"" +
+                   s + "\"");
+}
 
 /// Progress on stderr only when it is a terminal: logs and CI stay clean.
 class ProgressLine
@@ -50,6 +74,8 @@ int runRun(RunFlags const &f)
   ExperimentConfig cfg = loadExperimentConfig(f.config);
   if (!f.out.empty())
     cfg.out_dir = f.out;
+  if (!f.shard.empty())
+    std::tie(cfg.shard_index, cfg.shard_count) = parseShard(f.shard);
   auto progress = std::make_shared<ProgressLine>(cfg.progress && !f.quiet);
   ResultSet const rs = runExperiment(cfg, [progress](int64_t d, int64_t t) { (*progress)(d, t); });
   writeResults(rs, cfg.out_dir);
@@ -68,6 +94,9 @@ void addRunCommand(CLI::App &app, Action &action)
   CLI::App *cmd = app.add_subcommand("run", "Run an experiment config: replay, time, check, write results and tables");
   cmd->add_option("config", flags->config, "experiment config (TOML), see docs/experiments.md")->required();
   cmd->add_option("--out", flags->out, "output folder (overrides output.dir)");
+  cmd->add_option("--shard", flags->shard,
+                  "K/N: run only share K (0-based) of N of the inputs and option combinations (all designs of each); "
+                  "join the shards with canopy merge");
   cmd->add_flag("--quiet", flags->quiet, "no progress line");
   cmd->callback([flags, &action] { action = [flags] { return runRun(*flags); }; });
 }

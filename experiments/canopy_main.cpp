@@ -2,7 +2,6 @@
 /// \brief The `canopy` command line: maps errors to exit codes (2 = bad input, 3 = runtime failure).
 #include "canopy_Commands.hpp"
 #include "canopy_Error.hpp"
-
 #include "canopy_Runtime.hpp"
 
 #include <iostream>
@@ -14,6 +13,7 @@ int main(int argc, char **argv)
   canopy::cli::Action action;
   canopy::cli::addCheckCommand(app, action);
   canopy::cli::addRunCommand(app, action);
+  canopy::cli::addMergeCommand(app, action);
 #ifdef CANOPY_HAVE_TRACE
   canopy::cli::addTraceCommands(app, action);
 #endif

@@ -58,6 +58,10 @@ std::map<std::string, std::string> collectEnvironment(ExperimentConfig const &c,
   env["config"] = c.source_path;
   env["config_hash"] = c.hash;
   env["seed"] = std::to_string(c.seed);
+  env["shard"] = std::to_string(c.shard_index) + "/" + std::to_string(c.shard_count);
+  char host[256] = {};
+  env["host"] = ::gethostname(host, sizeof host - 1) == 0 ? host : "unknown";
+  env["canopy_build"] = std::string(CANOPY_GIT_BUILT).empty() ? "unknown" : CANOPY_GIT_BUILT;
   env["kokkos_version"] = kokkosInfo().version;
   env["kokkos_origin"] = CANOPY_KOKKOS_ORIGIN;
   env["kokkos_default_space"] = kokkosInfo().default_space;

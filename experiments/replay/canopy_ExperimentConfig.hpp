@@ -65,6 +65,10 @@ struct ExperimentConfig
   std::string out_dir = "out";
   bool progress = true;
 
+  // Set from the command line, not the config: this run's share of the work (--shard K/N).
+  int shard_index = 0;  ///< K, in [0, N)
+  int shard_count = 1;  ///< N
+
   std::string hash;  ///< of the config text, for the results' environment block
   std::string source_path;
 };

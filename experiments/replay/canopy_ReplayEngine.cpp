@@ -269,9 +269,18 @@ ResultSet runExperiment(ExperimentConfig const &c, ProgressFn const &progress)
   rs.repetitions = c.repetitions;
   auto const sources = makeSources(c);
   auto const all = combos(c);
+  // Work is sharded by (input, option combination), never by design: the designs of a unit run in
+  // the same process on the same device, so every speedup stays a ratio measured side by side.
+  int64_t const designs = std::max<int64_t>(1, static_cast<int64_t>(c.designs.size()));
+  int64_t const units_per_source = static_cast<int64_t>(all.size()) / designs;
+  auto inShard = [&](size_t src_index, size_t combo_index) {
+    int64_t const unit = static_cast<int64_t>(src_index) * units_per_source + static_cast<int64_t>(combo_index) / designs;
+    return unit % c.shard_count == c.shard_index;
+  };
   int64_t total = 0, done = 0;
-  for (auto const &src : sources)
-    total += src->numSteps() * static_cast<int64_t>(all.size());
+  for (size_t si = 0; si < sources.size(); ++si)
+    for (size_t ci = 0; ci < all.size(); ++ci)
+      total += inShard(si, ci) ? sources[si]->numSteps() : 0;
   ProgressFn tick_total = progress;
   std::function<void(int64_t)> const tick = [&](int64_t n) {
     done += n;
@@ -281,13 +290,18 @@ ResultSet runExperiment(ExperimentConfig const &c, ProgressFn const &progress)
   std::set<MemoryKind> kinds;
   ReferenceCache refs;
   StepCache steps;
-  for (auto const &src : sources)
+  for (size_t si = 0; si < sources.size(); ++si)
   {
+    auto const &src = sources[si];
     // Buckets depend on the source and the mask layout only: sized once for every design and option.
     std::map<MaskLayout, std::map<int, Bucket>> buckets;
-    for (auto const &k : all)
+    for (size_t ci = 0; ci < all.size(); ++ci)
     {
+      if (!inShard(si, ci))
+        continue;
+      Combo const &k = all[ci];
       ResultRow base;
+      base.order = static_cast<int64_t>(si * all.size() + ci);
       base.input = src->label();
       base.design = k.design;
       base.mask = toString(k.mask);

@@ -175,9 +175,84 @@ std::string toJson(ResultSet const &rs)
                          {"checked_steps", r.checked_steps},
                          {"max_abs_error", r.max_abs},
                          {"rel_l2_error", r.rel_l2},
-                         {"workspace_bytes", r.workspace_bytes}});
+                         {"workspace_bytes", r.workspace_bytes},
+                         {"order", r.order}});
   }
   return j.dump(2) + "\n";
+}
+
+ResultSet resultSetFromJson(std::string const &text, std::string const &source)
+{
+  nlohmann::json j;
+  try
+  {
+    j = nlohmann::json::parse(text);
+  }
+  catch (nlohmann::json::exception const &e)
+  {
+    throw InputError(source + ": not valid JSON (" + e.what() + ")");
+  }
+  std::string where = source;
+  auto field = [&](nlohmann::json const &obj, char const *key) -> nlohmann::json const & {
+    if (!obj.is_object() || !obj.contains(key))
+      throw InputError(where + ": missing field \"" + key + "\"");
+    return obj.at(key);
+  };
+  try
+  {
+    ResultSet rs;
+    rs.experiment = field(j, "experiment").get<std::string>();
+    rs.description = field(j, "description").get<std::string>();
+    rs.baseline = field(j, "baseline").get<std::string>();
+    rs.repetitions = field(j, "repetitions").get<int>();
+    rs.environment = field(j, "environment").get<std::map<std::string, std::string>>();
+    auto const &rows = field(j, "rows");
+    if (!rows.is_array())
+      throw InputError(source + ": \"rows\" is not an array");
+    for (size_t i = 0; i < rows.size(); ++i)
+    {
+      where = source + ": rows[" + std::to_string(i) + "]";
+      auto const &o = rows[i];
+      ResultRow r;
+      r.input = field(o, "input").get<std::string>();
+      r.group = field(o, "group").get<std::string>();
+      r.design = field(o, "design").get<std::string>();
+      r.path = field(o, "path").get<std::string>();
+      r.mask = field(o, "mask").get<std::string>();
+      r.nsplit = field(o, "nsplit").get<int>();
+      r.workspace = field(o, "workspace").get<std::string>();
+      r.mode = field(o, "mode").get<std::string>();
+      r.l2_flush = field(o, "l2_flush").get<bool>();
+      r.status = field(o, "status").get<std::string>();
+      r.note = field(o, "note").get<std::string>();
+      r.steps = field(o, "steps").get<int64_t>();
+      r.samples = field(o, "samples").get<int64_t>();
+      r.median = field(o, "median_s").get<double>();
+      r.p10 = field(o, "p10_s").get<double>();
+      r.p90 = field(o, "p90_s").get<double>();
+      r.total_median = field(o, "total_median_s").get<double>();
+      r.flops = field(o, "flops").get<double>();
+      r.bytes = field(o, "bytes_min").get<double>();
+      r.tflops = field(o, "tflops").get<double>();
+      r.gbps = field(o, "gbps").get<double>();
+      r.roofline_s = field(o, "roofline_s").get<double>();
+      r.roofline_fraction = field(o, "roofline_fraction").get<double>();
+      r.mma_roofline_s = field(o, "mma_roofline_s").get<double>();
+      r.mma_roofline_fraction = field(o, "mma_roofline_fraction").get<double>();
+      r.speedup = field(o, "speedup").get<double>();
+      r.checked_steps = field(o, "checked_steps").get<int64_t>();
+      r.max_abs = field(o, "max_abs_error").get<double>();
+      r.rel_l2 = field(o, "rel_l2_error").get<double>();
+      r.workspace_bytes = field(o, "workspace_bytes").get<double>();
+      r.order = field(o, "order").get<int64_t>();
+      rs.rows.push_back(r);
+    }
+    return rs;
+  }
+  catch (nlohmann::json::exception const &e)
+  {
+    throw InputError(where + ": a field has the wrong type (" + e.what() + ")");
+  }
 }
 
 std::string toCsv(ResultSet const &rs)

@@ -33,6 +33,7 @@ struct ResultRow
   int64_t checked_steps = 0;
   double max_abs = 0, rel_l2 = 0;         ///< worst over checked steps
   double workspace_bytes = 0;
+  int64_t order = 0;  ///< position in the unsharded run (input, then option combination, then design)
 };
 
 struct ResultSet
@@ -42,6 +43,9 @@ struct ResultSet
   std::map<std::string, std::string> environment;
   std::vector<ResultRow> rows;
 };
+
+/// \brief Reads what toJson wrote; throws InputError naming \p source and the bad field.
+ResultSet resultSetFromJson(std::string const &text, std::string const &source);
 
 /// \brief Fills ResultRow::speedup against \p baseline, matching input, group and options.
 void computeSpeedups(ResultSet &results);

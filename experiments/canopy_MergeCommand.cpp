@@ -1,0 +1,62 @@
+/// \file canopy_MergeCommand.cpp
+/// \brief `canopy merge DIR... --out DIR`: the shards of one `canopy run --shard K/N` sweep -> the
+/// results.json / csv / md / tex that one unsharded run writes.
+#include "canopy_Commands.hpp"
+#include "canopy_Error.hpp"
+#include "canopy_Merge.hpp"
+#include "canopy_Results.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+namespace canopy::cli
+{
+namespace
+{
+struct MergeFlags
+{
+  std::vector<std::string> dirs;
+  std::string out;
+  bool allow_mixed_devices = false;
+};
+
+int runMerge(MergeFlags const &f)
+{
+  std::vector<ShardResults> shards;
+  for (std::string const &dir : f.dirs)
+  {
+    std::string const path = (std::filesystem::path(dir) / "results.json").string();
+    std::ifstream in(path);
+    if (!in)
+      throw InputError(path + ": cannot read (expected the output folder of canopy run --shard K/N)");
+    std::stringstream text;
+    text << in.rdbuf();
+    shards.push_back({dir, resultSetFromJson(text.str(), path)});
+  }
+  MergeOptions opt;
+  opt.allow_mixed_devices = f.allow_mixed_devices;
+  ResultSet const merged = mergeShards(shards, opt);  // every check before anything is written
+  writeResults(merged, f.out);
+  std::cout << toMarkdownTable(merged) << "\n";
+  std::cout << "merged " << shards.size() << " shards into " << f.out << "/{results.json,results.csv,table.md,table.tex}\n";
+  for (auto const &r : merged.rows)
+    if (r.status == "FAILED")
+      return 1;
+  return 0;
+}
+} // namespace
+
+void addMergeCommand(CLI::App &app, Action &action)
+{
+  auto flags = std::make_shared<MergeFlags>();
+  CLI::App *cmd = app.add_subcommand("merge", "Join the shard results of one sharded run into one run's results");
+  cmd->add_option("dirs", flags->dirs, "output folders of canopy run --shard K/N, one per shard")->required();
+  cmd->add_option("--out", flags->out, "output folder of the merged results")->required();
+  cmd->add_flag("--allow-mixed-devices", flags->allow_mixed_devices,
+                "merge shards measured on different devices (their rows keep their own device's times)");
+  cmd->callback([flags, &action] { action = [flags] { return runMerge(*flags); }; });
+}
+} // namespace canopy::cli

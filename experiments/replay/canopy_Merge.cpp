@@ -1,0 +1,113 @@
+#include "canopy_Merge.hpp"
+
+#include "canopy_Error.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace canopy
+{
+namespace
+{
+std::string envOf(ShardResults const &s, std::string const &key)
+{
+  auto it = s.results.environment.find(key);
+  return it == s.results.environment.end() ? std::string() : it->second;
+}
+
+/// "K/N" -> (K, N); InputError naming the shard otherwise.
+std::pair<int, int> shardId(ShardResults const &s)
+{
+  std::string const v = envOf(s, "shard");
+  size_t const slash = v.find('/');
+  try
+  {
+    if (slash != std::string::npos)
+    {
+      size_t a = 0, b = 0;
+      int const k = std::stoi(v.substr(0, slash), &a);
+      int const n = std::stoi(v.substr(slash + 1), &b);
+      if (a == slash && b == v.size() - slash - 1 && n >= 1 && k >= 0 && k < n)
+        return {k, n};
+    }
+  }
+  catch (std::exception const &)
+  {
+  }
+  throw InputError(s.source + ": environment.shard is \"" + v + "\", expected K/N (results of canopy run --shard K/N)");
+}
+} // namespace
+
+ResultSet mergeShards(std::vector<ShardResults> const &shards, MergeOptions const &options)
+{
+  if (shards.empty())
+    throw InputError("merge: no shard results given");
+  ShardResults const &first = shards.front();
+  int const count = shardId(first).second;
+  // What must be equal for the rows to be one run's: the experiment, the config text, the binary,
+  // the seed (inputs and checked steps derive from it), and the statistics settings.
+  char const *const same[] = {"config_hash", "canopy_build", "seed"};
+  std::map<int, std::string> seen;
+  std::set<std::string> hosts;
+  for (ShardResults const &s : shards)
+  {
+    auto const [k, n] = shardId(s);
+    if (n != count)
+      throw InputError(s.source + ": shard " + std::to_string(k) + "/" + std::to_string(n) + " is from a split into " +
+                       std::to_string(n) + " shards, " + first.source + " from one into " + std::to_string(count));
+    if (seen.count(k))
+      throw InputError(s.source + ": shard " + std::to_string(k) + "/" + std::to_string(n) + " is given twice (also " +
+                       seen[k] + ")");
+    seen[k] = s.source;
+    if (s.results.experiment != first.results.experiment)
+      throw InputError(s.source + ": experiment \"" + s.results.experiment + "\" differs from \"" +
+                       first.results.experiment + "\" of " + first.source);
+    for (char const *key : same)
+      if (envOf(s, key) != envOf(first, key))
+        throw InputError(s.source + ": " + key + " \"" + envOf(s, key) + "\" differs from \"" + envOf(first, key) +
+                         "\" of " + first.source + " (shards of one run share the config, binary and seed)");
+    if (s.results.repetitions != first.results.repetitions || s.results.baseline != first.results.baseline)
+      throw InputError(s.source + ": repetitions or baseline differ from " + first.source);
+    if (!options.allow_mixed_devices && envOf(s, "device") != envOf(first, "device"))
+      throw InputError(s.source + ": device \"" + envOf(s, "device") + "\" differs from \"" + envOf(first, "device") +
+                       "\" of " + first.source + " (pass --allow-mixed-devices to merge anyway)");
+    hosts.insert(envOf(s, "host"));
+  }
+  std::string missing;
+  for (int k = 0; k < count; ++k)
+    if (!seen.count(k))
+      missing += (missing.empty() ? "" : ", ") + std::to_string(k);
+  if (!missing.empty())
+    throw InputError("merge: shard(s) " + missing + " of " + std::to_string(count) + " missing (given: " +
+                     std::to_string(seen.size()) + ")");
+
+  ResultSet merged = first.results;
+  merged.rows.clear();
+  std::map<int64_t, std::string> row_owner;
+  for (ShardResults const &s : shards)
+  {
+    std::set<int64_t> orders;
+    for (ResultRow const &r : s.results.rows)
+      orders.insert(r.order);
+    for (int64_t o : orders)
+      if (!row_owner.emplace(o, s.source).second)
+        throw InputError(s.source + ": row " + std::to_string(o) + " of the run is also in " + row_owner[o] +
+                         " (overlapping shards)");
+    merged.rows.insert(merged.rows.end(), s.results.rows.begin(), s.results.rows.end());
+  }
+  std::stable_sort(merged.rows.begin(), merged.rows.end(),
+                   [](ResultRow const &a, ResultRow const &b) { return a.order < b.order; });
+  std::string devices, host_list;
+  for (ShardResults const &s : shards)
+    if (devices.find(envOf(s, "device")) == std::string::npos)
+      devices += (devices.empty() ? "" : "; ") + envOf(s, "device");
+  for (std::string const &h : hosts)
+    host_list += (host_list.empty() ? "" : ", ") + h;
+  merged.environment["shard"] = "merged " + std::to_string(count) + " shards";
+  merged.environment["host"] = host_list;
+  merged.environment["device"] = devices;
+  computeSpeedups(merged);
+  return merged;
+}
+} // namespace canopy
