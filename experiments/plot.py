@@ -1,112 +1,60 @@
 #!/usr/bin/python3
-"""Figures from a Canopy results.json (written by `canopy run`).
+"""Every figure of a Canopy run, from its results.json (written by `canopy run`).
 
-    experiments/plot.py out/designs/results.json [--out-dir DIR] [--format png pdf]
+    experiments/plot.py RESULTS.json [--out DIR] [--format png,pdf]
 
-Makes, for each input group, a bar chart of the per-step median time per design and option set
-(p10-p90 as error bars), and, when rows carry a roofline bound, the fraction of the roofline.
-Reads named fields only (never parses table text).
+Writes, beside results.json unless --out says otherwise, those of these figures that the run's
+sweep supports (each skipped figure is named with the reason):
+    <experiment>_prefix    time per verify step vs prefix length P (log-log), a panel per (B, T)
+    <experiment>_tree      time per verify step vs tree size T (the budget curve), a panel per (B, P)
+    <experiment>_roofline  achieved TFLOP/s vs arithmetic intensity with the run's measured ceilings
+    <experiment>_speedup   speedup against the run's baseline over (T, P), per design and B
+    <experiment>_options   option sweeps (NSPLIT, workspace, graph vs eager, mask, KV slots) per shape
+Reads named fields only (never table text). Plotting code: experiments/plots/.
 """
 import argparse
-import collections
 import json
 import os
 import sys
 
-import matplotlib
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plots import render_all  # noqa: E402
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-
-def option_label(row, varying):
-    parts = [row["design"]]
-    for key in ("mask", "nsplit", "workspace", "mode", "l2_flush"):
-        if key in varying:
-            parts.append(f"{key}={row[key]}")
-    return " ".join(str(p) for p in parts)
+FORMATS = ("png", "pdf", "svg")
 
 
-def varying_keys(rows):
-    keys = set()
-    for key in ("mask", "nsplit", "workspace", "mode", "l2_flush"):
-        if len({str(r[key]) for r in rows}) > 1:
-            keys.add(key)
-    return keys
-
-
-def plot(results, out_dir, formats):
-    rows = [r for r in results["rows"] if r["status"] == "ok" and r["samples"] > 0]
-    if not rows:
-        print("plot.py: no timed rows in the results", file=sys.stderr)
-        return []
-    varying = varying_keys(rows)
-    by_input = collections.OrderedDict()
-    for r in rows:
-        by_input.setdefault(f'{r["input"]} [{r["group"]}]', []).append(r)
-    scale, unit = (1e3, "ms") if max(r["median_s"] for r in rows) > 0.02 else (1e6, "µs")
-    has_roofline = any(r["roofline_s"] > 0 for r in rows)
-
-    labels = sorted({option_label(r, varying) for r in rows})
-    inputs = list(by_input)
-    ncols = 2 if has_roofline else 1
-    fig, axes = plt.subplots(1, ncols, figsize=(6.5 * ncols, 2.5 + 0.35 * len(inputs) * max(1, len(labels))),
-                             squeeze=False)
-    width = 0.8 / max(1, len(labels))
-    for li, label in enumerate(labels):
-        ys, meds, lo, hi, fr = [], [], [], [], []
-        for ii, key in enumerate(inputs):
-            match = [r for r in by_input[key] if option_label(r, varying) == label]
-            if not match:
-                continue
-            r = match[0]
-            ys.append(ii + li * width)
-            meds.append(r["median_s"] * scale)
-            lo.append((r["median_s"] - r["p10_s"]) * scale)
-            hi.append((r["p90_s"] - r["median_s"]) * scale)
-            fr.append(100.0 * r["roofline_fraction"])
-        axes[0][0].barh(ys, meds, height=width, xerr=[lo, hi], label=label, capsize=2)
-        if has_roofline:
-            axes[0][1].barh(ys, fr, height=width, label=label)
-    for ax in axes[0]:
-        ax.set_yticks([i + 0.4 - width / 2 for i in range(len(inputs))])
-        ax.set_yticklabels(inputs, fontsize=8)
-        ax.invert_yaxis()
-        ax.grid(axis="x", alpha=0.3)
-    axes[0][0].set_xlabel(f"time per verify step ({unit}), median, p10-p90")
-    if has_roofline:
-        axes[0][1].set_xlabel("fraction of the roofline bound (%)")
-    fig.legend(*axes[0][0].get_legend_handles_labels(), fontsize=7, loc="lower center",
-               ncol=min(3, len(labels)), frameon=False)
-    env = results.get("environment", {})
-    fig.suptitle(f'{results["experiment"]} — {env.get("device", "")} (git {env.get("git", "?")})', fontsize=9)
-    fig.tight_layout(rect=(0, 0.06 + 0.03 * ((len(labels) + 2) // 3), 1, 1))
-    os.makedirs(out_dir, exist_ok=True)
-    written = []
-    for fmt in formats:
-        path = os.path.join(out_dir, f'{results["experiment"]}.{fmt}')
-        fig.savefig(path, dpi=150)
-        written.append(path)
-    plt.close(fig)
-    return written
+def parse_formats(values):
+    formats = [f.strip().lower() for v in values for f in v.split(",") if f.strip()]
+    bad = [f for f in formats if f not in FORMATS]
+    if bad or not formats:
+        raise argparse.ArgumentTypeError(f"--format: expected some of {','.join(FORMATS)}, got '{','.join(values)}'")
+    return list(dict.fromkeys(formats))
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results", help="results.json written by canopy run")
-    ap.add_argument("--out-dir", default=None, help="where figures go (default: beside results.json)")
-    ap.add_argument("--format", nargs="+", default=["png", "pdf"], choices=["png", "pdf", "svg"])
+    ap.add_argument("--out", "--out-dir", dest="out", default=None, help="where figures go (default: beside results.json)")
+    ap.add_argument("--format", nargs="+", default=["png,pdf"], help="png, pdf, svg; comma- or space-separated")
     args = ap.parse_args(argv)
+    try:
+        formats = parse_formats(args.format)
+    except argparse.ArgumentTypeError as e:
+        ap.error(str(e))
     try:
         with open(args.results, encoding="utf-8") as f:
             results = json.load(f)
-        results["rows"]
-    except (OSError, ValueError, KeyError) as e:
+        if not isinstance(results.get("rows"), list):
+            raise KeyError("rows")
+    except (OSError, ValueError, KeyError, AttributeError) as e:
         print(f"plot.py: error: cannot read results '{args.results}': {e}", file=sys.stderr)
         return 2
-    out_dir = args.out_dir or os.path.dirname(os.path.abspath(args.results))
-    for path in plot(results, out_dir, args.format):
+    out_dir = args.out or os.path.dirname(os.path.abspath(args.results))
+    written, skipped = render_all(results, out_dir, formats)
+    for path in written:
         print(f"wrote {path}")
+    for kind, reason in skipped:
+        print(f"skipped {kind}: {reason}")
     return 0
 
 

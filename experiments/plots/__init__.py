@@ -1,0 +1,2 @@
+"""Figures from a Canopy results.json: `render_all(results, out_dir, formats)` (see figures.py)."""
+from .figures import FIGURES, render_all  # noqa: F401

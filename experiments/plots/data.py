@@ -1,0 +1,176 @@
+"""Rows of a Canopy results.json, with the sweep axes parsed from their `input` field.
+
+Only named fields are read (never table text). A synthetic input reads "B=8 H=8 T=65 P=16K" plus
+flags ("ragged", "compacted"); a trace input is its label. Rows from a merged peer (e.g. PyTorch)
+are rows like any other: a design name, an input and times; missing numeric fields count as 0.
+"""
+import re
+
+DIMS = ("B", "H", "T", "P")
+OPTION_KEYS = ("mask", "nsplit", "workspace", "mode", "l2_flush")
+OPTION_NAMES = {"nsplit": "NSPLIT", "workspace": "workspace", "mode": "mode", "mask": "mask",
+                "l2_flush": "L2 flush", "variant": "KV slots", "group": "group"}
+_DIM_TOKEN = re.compile(r"([A-Za-z]+)=(\d+(?:\.\d+)?)([KkMm]?)")
+_SUFFIX = {"": 1, "k": 1024, "m": 1024 * 1024}
+
+
+def parse_input(text):
+    """'B=8 H=8 T=65 P=16K compacted' -> ({'B': 8, 'H': 8, 'T': 65, 'P': 16384}, 'compacted')."""
+    dims, rest = {}, []
+    for tok in str(text).split():
+        m = _DIM_TOKEN.fullmatch(tok)
+        if m and m.group(1) in DIMS:
+            dims[m.group(1)] = int(round(float(m.group(2)) * _SUFFIX[m.group(3).lower()]))
+        else:
+            rest.append(tok)
+    return dims, " ".join(rest)
+
+
+def size_label(n):
+    """Prefix lengths as the inputs write them: 4096 -> '4K'."""
+    if n >= 1024 * 1024 and n % (1024 * 1024) == 0:
+        return f"{n // (1024 * 1024)}M"
+    return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def option_value_label(key, value):
+    if key == "nsplit":
+        return "auto" if int(value) == 0 else str(value)
+    if key == "l2_flush":
+        return "flushed" if value else "warm"
+    if key == "variant":
+        return value or "fragmented"
+    return str(value)
+
+
+def order_key(value):
+    """Sorts numbers numerically before strings, None last: (1, 4096, '') < (1, 32768, '')."""
+    if value is None:
+        return (2, 0, "")
+    if isinstance(value, (int, float)):
+        return (0, value, "")
+    return (1, 0, str(value))
+
+
+def tuple_key(values):
+    return tuple(order_key(v) for v in values)
+
+
+class Row:
+    """One timed row: design, dims (B, H, T, P), variant flags, options and the numbers."""
+
+    def __init__(self, raw):
+        self.raw = raw
+        self.design = str(raw.get("design", "?"))
+        self.input = str(raw.get("input", ""))
+        self.dims, self.variant = parse_input(self.input)
+        self.group = str(raw.get("group", "all"))
+        self.options = {k: raw[k] for k in OPTION_KEYS if k in raw}
+        num = lambda k: float(raw.get(k) or 0.0)  # noqa: E731
+        self.median, self.p10, self.p90 = num("median_s"), num("p10_s"), num("p90_s")
+        self.total = num("total_median_s") or self.median * max(1, int(raw.get("steps") or 1))
+        self.flops, self.bytes = num("flops"), num("bytes_min")
+        self.roofline_s, self.mma_roofline_s = num("roofline_s"), num("mma_roofline_s")
+        self.speedup = num("speedup")
+        self.tflops = num("tflops") or (self.flops / self.total / 1e12 if self.total > 0 else 0.0)
+
+    def get(self, key):
+        """A dim, an option, 'variant', 'group' or 'design'."""
+        if key in DIMS:
+            return self.dims.get(key)
+        if key in ("variant", "group", "design"):
+            return getattr(self, key)
+        return self.options.get(key)
+
+    def shape_key(self):
+        """What identifies the problem (not the design or options)."""
+        return (self.input, self.group)
+
+
+def timed(raw):
+    return raw.get("status", "ok") == "ok" and float(raw.get("median_s") or 0) > 0 and \
+        int(raw.get("samples", 1) or 0) > 0
+
+
+class Run:
+    """A results.json: its name, baseline, environment and timed rows."""
+
+    def __init__(self, results):
+        self.name = str(results.get("experiment") or "experiment")
+        self.description = str(results.get("description") or "")
+        self.repetitions = results.get("repetitions")
+        self.env = {k: str(v) for k, v in (results.get("environment") or {}).items()}
+        self.rows = [Row(r) for r in results.get("rows", []) if timed(r)]
+        self.baseline = results.get("baseline") or (self.rows[0].design if self.rows else None)
+
+    def values(self, key, rows=None):
+        vals = {r.get(key) for r in (self.rows if rows is None else rows)}
+        vals.discard(None)
+        return sorted(vals, key=order_key)
+
+    def varies(self, key, rows=None):
+        return len(self.values(key, rows)) > 1
+
+    def designs(self):
+        """Design names in order of first appearance, the baseline first."""
+        seen = []
+        for r in self.rows:
+            if r.design not in seen:
+                seen.append(r.design)
+        if self.baseline in seen:
+            seen.remove(self.baseline)
+            seen.insert(0, self.baseline)
+        return seen
+
+    def option_axes(self):
+        """Options (and input flags, groups) that take more than one value in the run."""
+        return [k for k in OPTION_KEYS + ("variant", "group") if self.varies(k)]
+
+    def series_key(self, row, axes):
+        return (row.design,) + tuple(row.get(k) for k in axes)
+
+    def series_label(self, key, axes):
+        parts = [key[0]] + [f"{OPTION_NAMES[a]} {option_value_label(a, v)}" for a, v in zip(axes, key[1:])]
+        return ", ".join(parts)
+
+
+# --- the run's ceilings ------------------------------------------------------------------------
+_PEAK_PATTERNS = {
+    "gemm": r"bf16 GEMM ([\d.]+) TFLOP/s",
+    "mma": r"mma\.sync bf16 ([\d.]+) TFLOP/s",
+    "copy": r"copy ([\d.]+) TB/s",
+}
+
+
+def _derive(rows, bound_attr, known_flops=None, known_bytes=None):
+    """The peaks that a bound column, max(F / flop_peak, bytes / bandwidth) per row, pins down.
+
+    Per row F / bound <= flop_peak and bytes / bound <= bandwidth, so the largest of each is a lower
+    bound. A row whose bytes / bound is below the bandwidth's lower bound is not memory-bound: its
+    F / bound is the FLOP peak exactly (and the other way round). Returns (FLOP/s, B/s), None where
+    no row pins the peak down."""
+    rates = [(r.flops / b, r.bytes / b) for r in rows
+             if (b := getattr(r, bound_attr)) > 0 and r.flops > 0 and r.bytes > 0]
+    if not rates:
+        return known_flops, known_bytes
+    low_f = known_flops or max(f for f, _ in rates)
+    low_b = known_bytes or max(b for _, b in rates)
+    strict = 1 - 1e-6
+    flops = known_flops or next((f for f, b in rates if b < low_b * strict), None)
+    bw = known_bytes or next((b for f, b in rates if f < low_f * strict), None)
+    return flops, bw
+
+
+def ceilings(run):
+    """{'gemm': TFLOP/s, 'mma': TFLOP/s, 'copy': TB/s} for the ceilings known; each measured in the run
+    (environment 'peaks' text) or pinned down by the rows' bound columns; missing ones are absent."""
+    text = run.env.get("peaks", "")
+    out = {name: float(m.group(1)) for name, pattern in _PEAK_PATTERNS.items() if (m := re.search(pattern, text))}
+    tera = 1e12
+    known = lambda name: out[name] * tera if name in out else None  # noqa: E731
+    gemm, copy = _derive(run.rows, "roofline_s", known("gemm"), known("copy"))
+    mma, _ = _derive(run.rows, "mma_roofline_s", known("mma"), copy)
+    for name, value in (("gemm", gemm), ("copy", copy), ("mma", mma)):
+        if value and name not in out:
+            out[name] = value / tera
+    return out
