@@ -225,7 +225,7 @@ def speedup_figure(run):
     width = style.ONE_COLUMN_IN if ncols == 1 and len(ps) <= 4 else style.TWO_COLUMN_IN
     fig, axes, _ = style.figure(nrows, ncols, width, max(0.95, 0.45 + 0.24 * len(ts)))
     values = [s for p in panels for c in cells[p].values() for s in c.values()]
-    span = max(abs(math.log10(s)) for s in values) or 0.05
+    span = 1.05 * max(abs(math.log10(s)) for s in values) or 0.05
     norm = mcolors.LogNorm(vmin=10 ** -span, vmax=10 ** span)
     cmap = "RdBu"
     image = None
@@ -259,7 +259,9 @@ def speedup_figure(run):
                 ax.set_ylabel("tree size T")
     bar = fig.colorbar(image, ax=[a for row in axes for a in row], shrink=0.9, pad=0.02, aspect=25)
     bar.set_label(f"speedup vs {base} (×)")
+    bar.ax.yaxis.set_major_locator(style.LogLocator(base=10, subs=(1.0, 2.0, 5.0) if span < 1.5 else (1.0,)))
     bar.ax.yaxis.set_major_formatter(style.FuncFormatter(lambda v, _p: f"{v:g}"))
+    bar.ax.yaxis.set_minor_formatter(style.NullFormatter())
     caption = style.env_caption(run, width, extra=(
         f"How much faster than {base} is each design at each shape?",
         f"Speedup = {base}'s summed per-step median time / the design's; > 1 (blue) is faster."))

@@ -1,0 +1,218 @@
+#!/usr/bin/python3
+"""Every figure type of experiments/plot.py renders from small results.json files built here (the
+row schema of docs/results/h200-replay/designs-w32 and h200-kokkos4), through the command line:
+a multi-shape multi-design run, a merged PyTorch peer, option sweeps, a T sweep, a single row."""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+PLOT = os.path.join(ROOT, "experiments", "plot.py")
+sys.path.insert(0, os.path.join(ROOT, "experiments"))
+from plots import data, style  # noqa: E402
+
+GEMM, MMA, COPY = 800e12, 640e12, 4.27e12
+GPU_ENV = {
+    "canopy_version": "0.1.0", "config": "experiments/configs/designs.toml", "config_hash": "1eab1f92dd594e2d",
+    "date": "2026-11-29T09:43:55Z", "git": "62ef037f954f", "gpu": "NVIDIA H200", "gpu_cc": "9.0",
+    "device": "GPU: NVIDIA H200 (sm_90, 132 SMs, 60 MB L2, 140 GB, driver 13.0, runtime 13.0) — an H200 "
+              "(sm_90) proxy for the sm_120 design target",
+    "peaks": "bf16 GEMM 800.0 TFLOP/s (cuBLAS 8192x8192x8192, random data, median of 10); D2D copy 4.27 TB/s "
+             "(2.1 GB, read + write, median of 10); mma.sync bf16 640.0 TFLOP/s (registers, 16 warps/SM, median of 5)",
+    "host_cores": "16", "kokkos_version": "3.4.1", "seed": "1",
+}
+HOST_ENV = {"canopy_version": "0.1.0", "config": "tests/experiments/tiny_run.toml", "date": "2026-12-02T03:20:46Z",
+            "device": "host: AMD EPYC", "git": "a759f0c2d554", "host_cores": "2", "seed": "1"}
+SLOWDOWN = {"cuda-sm120": 4.0, "cuda-sm120-w32": 4.3, "cuda-flat": 40.0, "kokkos-team": 4.02,
+            "torch-reference": 9.0}
+
+
+def row(design, B, T, P, H=8, slowdown=None, suffix="", **fields):
+    """One results.json row with every field `canopy run` writes, numbers from a simple cost model."""
+    flops = 2.0 * B * H * T * (P + T) * (576 + 512)
+    nbytes = B * (P + T) * 576 * 2.0 + B * H * T * 576 * 4.0
+    bound = max(flops / GEMM, nbytes / COPY)
+    median = bound * (slowdown or SLOWDOWN.get(design, 6.0)) + 4e-6
+    p_label = f"{P // 1024}K" if P % 1024 == 0 else str(P)
+    r = {"bytes_min": nbytes, "checked_steps": 1, "design": design, "flops": flops, "gbps": nbytes / median / 1e9,
+         "group": "all", "input": f"B={B} H={H} T={T} P={p_label}{suffix}", "l2_flush": True, "mask": "tree",
+         "max_abs_error": 1.6e-4, "median_s": median, "mode": "graph", "note": "", "nsplit": 0,
+         "p10_s": median * 0.98, "p90_s": median * 1.03, "path": f"{design}/mma/tree", "rel_l2_error": 1.9e-3,
+         "roofline_fraction": bound / median, "roofline_s": bound, "mma_roofline_s": max(flops / MMA, nbytes / COPY),
+         "mma_roofline_fraction": max(flops / MMA, nbytes / COPY) / median, "samples": 30, "speedup": 1.0,
+         "status": "ok", "steps": 1, "tflops": flops / median / 1e12, "total_median_s": median,
+         "workspace": "persistent", "workspace_bytes": 1.2e7}
+    r.update(fields)
+    return r
+
+
+def results(name, rows, baseline, env=GPU_ENV):
+    return {"experiment": name, "description": f"{name} fixture", "baseline": baseline, "repetitions": 30,
+            "environment": dict(env), "rows": rows}
+
+
+def grid(designs, Bs, Ts, Ps, **fields):
+    return [row(d, B, T, P, **fields) for B in Bs for T in Ts for P in Ps for d in designs]
+
+
+def png_size(path):
+    with open(path, "rb") as f:
+        head = f.read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", f"{path}: not a PNG"
+    return struct.unpack(">II", head[16:24])
+
+
+def fixtures():
+    """name -> (results, plot.py arguments, figures expected)."""
+    out = {}
+    out["designs"] = (results("designs", grid(["cuda-sm120", "cuda-flat"], [1, 8], [17, 33, 65], [4096, 16384, 65536]),
+                              "cuda-flat"), ["--format", "png"], ["prefix", "tree", "roofline", "speedup"])
+    # a PyTorch peer merged in: fewer fields, a design name like any other
+    rows = grid(["cuda-sm120", "cuda-flat"], [1, 8], [33], [4096, 16384, 65536, 131072])
+    for r in grid(["torch-reference"], [1, 8], [33], [4096, 16384, 65536, 131072]):
+        rows.append({k: v for k, v in r.items()
+                     if k not in ("mma_roofline_s", "mma_roofline_fraction", "path", "workspace_bytes", "checked_steps")})
+    out["peer"] = (results("designs", rows, "cuda-flat"), ["--format", "png"], ["prefix", "roofline", "speedup"])
+    # option sweeps: NSPLIT (one design), graph vs eager (two designs), fragmented vs compacted slots
+    rows = [row("cuda-sm120", B, 33, P, nsplit=n, slowdown=4 + abs(n - 16) / 8)
+            for B in (1, 8) for P in (4096, 65536) for n in (0, 1, 4, 16, 64)]
+    out["nsplit"] = (results("nsplit", rows, "cuda-sm120"), ["--format", "png"], ["roofline", "options"])
+    rows = [row(d, B, 33, P, mode=m, l2_flush=False, nsplit=16, slowdown=SLOWDOWN[d] * (1.1 if m == "eager" else 1))
+            for B in (1, 8) for P in (1024, 4096, 32768) for d in ("cuda-sm120", "cuda-flat") for m in ("eager", "graph")]
+    out["graph"] = (results("graph_vs_eager", rows, "cuda-sm120"), ["--out", "figs", "--format", "png"],
+                    ["prefix", "roofline", "speedup", "options"])
+    rows = [row(d, B, 33, P, suffix=sfx) for B in (1, 8) for P in (16384, 65536)
+            for d in ("cuda-sm120", "cuda-flat") for sfx in ("", " compacted")]
+    out["frag"] = (results("fragmentation", rows, "cuda-sm120"), ["--format", "png"], ["roofline", "speedup", "options"])
+    # T over five sizes: the budget curve
+    rows = grid(["cuda-sm120", "kokkos-team", "cuda-flat"], [1, 8], [17, 33, 65, 129, 256], [16384, 65536])
+    out["tsweep"] = (results("portability-gpu", rows, "cuda-sm120"), ["--format", "png"], ["tree", "roofline", "speedup"])
+    # one row: only the roofline applies
+    out["single"] = (results("single", [row("cuda-sm120", 1, 33, 4096)], "cuda-sm120"), ["--format", "png", "pdf"],
+                     ["roofline"])
+    # a host run: no peaks (roofline_s = 0), the mask swept
+    rows = [row("reference", B, 5, 32, H=2, mask=m, roofline_s=0.0, mma_roofline_s=0.0, suffix=" ragged",
+                mode="eager", l2_flush=False) for B in (1, 3) for m in ("tree", "parents")]
+    out["host"] = (results("tiny", rows, "reference", env=HOST_ENV), ["--format", "png"], ["roofline", "options"])
+    # nothing timed
+    out["failed"] = (results("failed", [row("cuda-sm120", 1, 33, 4096, status="FAILED", samples=0)], "cuda-sm120"),
+                     ["--format", "png"], [])
+    return out
+
+
+class PlotsRender(unittest.TestCase):
+    """plot.py on every fixture, all started at once in setUpClass (they overlap on two cores)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="canopy_plots_")
+        cls.fixtures = fixtures()
+        env = dict(os.environ, MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
+        procs = {}
+        for name, (res, args, _kinds) in cls.fixtures.items():
+            folder = os.path.join(cls.tmp.name, name)
+            os.makedirs(folder)
+            path = os.path.join(folder, "results.json")
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(res, f)
+            procs[name] = subprocess.Popen([sys.executable, PLOT, path, *args], cwd=folder, env=env, text=True,
+                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        cls.runs = {}
+        for name, p in procs.items():
+            output = p.communicate(timeout=120)[0]
+            cls.runs[name] = (p.returncode, output)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def check(self, name):
+        """plot.py exited 0 and wrote exactly the expected figures, each a real PNG of paper width."""
+        res, args, kinds = self.fixtures[name]
+        rc, output = self.runs[name]
+        self.assertEqual(rc, 0, output)
+        written = {}
+        for line in output.splitlines():
+            if line.startswith("wrote ") and line.endswith(".png"):
+                png = os.path.join(self.tmp.name, name, line[len("wrote "):])  # --out may be relative
+                written[os.path.basename(png)[len(res["experiment"]) + 1:-len(".png")]] = png
+        self.assertEqual(sorted(written), sorted(kinds), output)
+        for kind, path in written.items():
+            self.assertGreater(os.path.getsize(path), 15_000, f"{path} looks empty")
+            w, h = png_size(path)
+            # one (3.5 in) or two (7 in) columns at 200 dpi, plus the caption's margins
+            self.assertLessEqual(w, 7.3 * style.PNG_DPI, f"{path}: {w} px wide")
+            self.assertGreater(h, 1.0 * style.PNG_DPI, f"{path}: {h} px high")
+        for kind in {"prefix", "tree", "roofline", "speedup", "options"} - set(kinds):
+            self.assertIn(f"skipped {'all' if not kinds else kind}:", output)
+        return written, output
+
+    def test_designs_grid(self):
+        self.check("designs")
+
+    def test_merged_pytorch_peer(self):
+        self.check("peer")
+
+    def test_option_sweeps(self):
+        self.check("nsplit")
+        self.check("frag")
+        written, _ = self.check("graph")  # --out figs, relative to the working folder
+        self.assertTrue(all(os.path.dirname(p) == os.path.join(self.tmp.name, "graph", "figs")
+                            for p in written.values()), written)
+
+    def test_tree_sweep(self):
+        self.check("tsweep")
+
+    def test_single_row_png_and_pdf(self):
+        written, _ = self.check("single")
+        for path in written.values():
+            pdf = path[:-4] + ".pdf"
+            with open(pdf, "rb") as f:
+                self.assertEqual(f.read(5), b"%PDF-", pdf)
+            self.assertGreater(os.path.getsize(pdf), 8_000, pdf)
+
+    def test_host_run_without_peaks(self):
+        self.assertEqual(data.ceilings(data.Run(self.fixtures["host"][0])), {})
+        self.check("host")
+
+    def test_nothing_to_plot_and_bad_input(self):
+        _, output = self.check("failed")
+        self.assertIn("no timed rows", output)
+        proc = subprocess.run([sys.executable, PLOT, os.path.join(self.tmp.name, "missing.json")],
+                              capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("cannot read results", proc.stderr)
+
+
+class PlotsData(unittest.TestCase):
+    def test_parse_input(self):
+        self.assertEqual(data.parse_input("B=8 H=8 T=65 P=16K"), ({"B": 8, "H": 8, "T": 65, "P": 16384}, ""))
+        self.assertEqual(data.parse_input("B=1 H=2 T=5 P=32 ragged compacted"),
+                         ({"B": 1, "H": 2, "T": 5, "P": 32}, "ragged compacted"))
+        self.assertEqual(data.parse_input("ddtree_values_h8"), ({}, "ddtree_values_h8"))
+
+    def test_ceilings_from_environment_and_rows(self):
+        res = results("designs", grid(["cuda-sm120"], [1, 8], [33], [4096, 65536]), "cuda-sm120")
+        self.assertEqual(data.ceilings(data.Run(res)), {"gemm": 800.0, "copy": 4.27, "mma": 640.0})
+        del res["environment"]["peaks"]
+        derived = data.ceilings(data.Run(res))  # every row is compute-bound: the bandwidth stays unknown
+        self.assertAlmostEqual(derived["gemm"], 800.0, places=6)
+        self.assertAlmostEqual(derived["mma"], 640.0, places=6)
+        self.assertNotIn("copy", derived)
+        res["rows"].append(row("cuda-sm120", 1, 1, 64))  # a memory-bound row pins the bandwidth down
+        self.assertAlmostEqual(data.ceilings(data.Run(res))["copy"], 4.27, places=6)
+
+    def test_design_colours_fixed_and_distinct(self):
+        known = list(style.DESIGN_COLOURS)
+        self.assertEqual(len({style.design_colour(d) for d in known}), len(known))
+        self.assertEqual(style.design_colour("my-new-design"), style.design_colour("my-new-design"))
+        self.assertEqual(style.design_colour("torch-reference"), style.PEER_COLOUR)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
