@@ -98,7 +98,11 @@ HostProblem generateProblem(GeneratorOptions const &opt)
   problem.meta = buildMetadata(requests, opt.mask_layout);
   padBatch(problem.meta, opt.batch + opt.padded_rows);
   if (opt.with_values)
+  {
     fillRandomValues(problem, opt.seed ^ 0x5bd1e995ull);
+    if (opt.values == ValueMode::kTreeDominant)
+      makeTreeDominant(problem, opt.seed);
+  }
   return problem;
 }
 } // namespace canopy

@@ -22,6 +22,7 @@ struct GeneratorOptions
   double mean_run = 16.0;    ///< mean length of runs of consecutive slots (fragmentation)
   uint64_t seed = 1;
   bool with_values = true;   ///< false: metadata only (q and the pool left empty), for sizing
+  ValueMode values = ValueMode::kRandom;  ///< kTreeDominant: the tree keys carry the attention
 };
 
 /// \brief A DDTree-like draft tree of \p size nodes: a spine (the drafter's top-1 path) with side

@@ -6,6 +6,7 @@
 #include "canopy_Tree.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace canopy
 {
@@ -123,5 +124,39 @@ void fillRandomValues(HostProblem &problem, uint64_t seed, float q_scale, float 
     x = floatToBf16(q_scale * rng.uniformSigned());
   for (auto &x : problem.kv_pool)
     x = floatToBf16(kv_scale * rng.uniformSigned());
+}
+
+std::string toString(ValueMode mode) { return mode == ValueMode::kTreeDominant ? "tree-dominant" : "random"; }
+
+ValueMode parseValueMode(std::string const &name, std::string const &what)
+{
+  if (name == "random")
+    return ValueMode::kRandom;
+  if (name == "tree-dominant")
+    return ValueMode::kTreeDominant;
+  throw InputError(what + ": expected \"random\" or \"tree-dominant\", got \"" + name + "\"");
+}
+
+void makeTreeDominant(HostProblem &problem, uint64_t seed, double logit)
+{
+  SplitMix64 rng(seed ^ 0x9e3779b97f4a7c15ull);
+  double const unit = 1.0 / std::sqrt(static_cast<double>(D_QK));
+  std::vector<double> u(D_QK);
+  for (auto &x : u)
+    x = rng.uniformSigned() < 0 ? -unit : unit;
+  double const a = std::sqrt(logit / problem.shape.sm_scale);
+  auto shift = [&](uint16_t *row) {
+    for (int d = 0; d < D_QK; ++d)
+      row[d] = floatToBf16(static_cast<float>(bf16ToFloat(row[d]) + a * u[d]));
+  };
+  for (size_t r = 0; r < problem.q.size() / D_QK; ++r)
+    shift(problem.q.data() + r * D_QK);
+  // Each tree slot once, even if two nodes shared one (malformed input is the validator's job).
+  std::vector<int64_t> slots(problem.meta.out_cache_loc.begin(), problem.meta.out_cache_loc.end());
+  std::sort(slots.begin(), slots.end());
+  slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
+  for (int64_t s : slots)
+    if (s >= 0 && s < problem.num_slots)
+      shift(problem.kv_pool.data() + s * D_QK);
 }
 } // namespace canopy

@@ -67,4 +67,21 @@ struct HostProblem
 /// \brief Fills q and the KV pool with bf16 values drawn from a seeded generator (uniform in
 /// [-scale, scale]); the same seed gives the same bits on every machine.
 void fillRandomValues(HostProblem &problem, uint64_t seed, float q_scale = 1.0f, float kv_scale = 1.0f);
+
+/// \brief How a check fills q and the KV pool.
+enum class ValueMode
+{
+  kRandom,        ///< uniform random bf16: with a long prefix the tree keys carry little of the attention
+  kTreeDominant,  ///< random, then makeTreeDominant: the visible tree keys carry most of it
+};
+std::string toString(ValueMode mode);
+/// \brief "random" or "tree-dominant"; InputError naming \p what otherwise.
+ValueMode parseValueMode(std::string const &name, std::string const &what = "value mode");
+
+/// \brief Makes the tree part carry the attention, so that a check sees visibility bugs at any
+/// prefix length: one seeded direction u (unit, 576 wide) is added, scaled by a, to every query row
+/// and to the K row of every tree node (its out_cache_loc slot), with a^2 * sm_scale = \p logit.
+/// Every visible tree key then scores about \p logit above a prefix key, and a node's output is
+/// mostly the mean of its visible tree rows' V: getting one ancestor wrong moves it by O(|v| / T).
+void makeTreeDominant(HostProblem &problem, uint64_t seed, double logit = 12.0);
 } // namespace canopy

@@ -104,6 +104,9 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
       s.get("mean_run", sw.mean_run);
       bool compacted = false;
       s.get("compacted", compacted);
+      std::string values = toString(sw.values);
+      s.get("values", values);
+      sw.values = parseValueMode(values, s.path("values"));
       s.finish();
       if (compacted)
       {

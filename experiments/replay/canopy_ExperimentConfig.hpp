@@ -3,6 +3,7 @@
 #pragma once
 
 #include "canopy_Design.hpp"
+#include "canopy_Problem.hpp"
 #include "canopy_Types.hpp"
 
 #include <cstdint>
@@ -23,6 +24,7 @@ struct ShapeSweep
   int steps = 1;            ///< independent problems drawn per shape (different seeds)
   double pool_slack = 1.5;  ///< pool rows / rows needed: > 1 leaves holes between runs of slots
   double mean_run = 16.0;   ///< mean run of consecutive slots; "compacted" = pool_slack 1 and a huge run
+  ValueMode values = ValueMode::kRandom;  ///< tree-dominant: the visible tree keys carry the attention
 };
 
 enum class ExecMode

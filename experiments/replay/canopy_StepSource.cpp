@@ -25,7 +25,8 @@ public:
   {
     return "B=" + std::to_string(_opt.batch) + " H=" + std::to_string(_opt.num_heads) + " T=" +
            std::to_string(_opt.tree_size) + " P=" + prefixLabel(_opt.prefix_len) + (_opt.ragged ? " ragged" : "") +
-           (_opt.pool_slack <= 1.0 && _opt.mean_run >= 1e9 ? " compacted" : "");
+           (_opt.pool_slack <= 1.0 && _opt.mean_run >= 1e9 ? " compacted" : "") +
+           (_opt.values == ValueMode::kTreeDominant ? " tree-dominant" : "");
   }
   int64_t numSteps() const override { return _steps; }
   StepShape shape(int64_t s, MaskLayout layout) const override
@@ -145,19 +146,9 @@ std::unique_ptr<StepSource> makeTraceSource(std::string const &path, int64_t max
 #endif
 }
 
-std::unique_ptr<StepSource> makeSyntheticSource(int batch, int heads, int tree, int64_t prefix, bool ragged, int steps,
-                                                double pool_slack, double mean_run, uint64_t seed)
+std::unique_ptr<StepSource> makeSyntheticSource(GeneratorOptions const &shape, int steps)
 {
-  GeneratorOptions o;
-  o.batch = batch;
-  o.num_heads = heads;
-  o.tree_size = tree;
-  o.prefix_len = prefix;
-  o.ragged = ragged;
-  o.pool_slack = pool_slack;
-  o.mean_run = mean_run;
-  o.seed = seed;
-  return std::make_unique<SyntheticSource>(o, steps);
+  return std::make_unique<SyntheticSource>(shape, steps);
 }
 
 std::vector<std::unique_ptr<StepSource>> makeSources(ExperimentConfig const &c)
@@ -170,7 +161,19 @@ std::vector<std::unique_ptr<StepSource>> makeSources(ExperimentConfig const &c)
       for (int h : sw.heads)
         for (int t : sw.tree)
           for (int64_t p : sw.prefix)
-            out.push_back(makeSyntheticSource(b, h, t, p, sw.ragged, sw.steps, sw.pool_slack, sw.mean_run, c.seed));
+          {
+            GeneratorOptions o;
+            o.batch = b;
+            o.num_heads = h;
+            o.tree_size = t;
+            o.prefix_len = p;
+            o.ragged = sw.ragged;
+            o.pool_slack = sw.pool_slack;
+            o.mean_run = sw.mean_run;
+            o.values = sw.values;
+            o.seed = c.seed;
+            out.push_back(makeSyntheticSource(o, sw.steps));
+          }
   return out;
 }
 } // namespace canopy

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "canopy_ExperimentConfig.hpp"
+#include "canopy_Generator.hpp"
 #include "canopy_Problem.hpp"
 
 #include <memory>
@@ -39,9 +40,9 @@ public:
   virtual HostProblem stepWithoutPool(int64_t step, MaskLayout layout) const { return problem(step, layout); }
 };
 
-/// \brief One shape of a sweep, \p steps independent seeded problems.
-std::unique_ptr<StepSource> makeSyntheticSource(int batch, int heads, int tree, int64_t prefix, bool ragged, int steps,
-                                                double pool_slack, double mean_run, uint64_t seed);
+/// \brief One shape of a sweep (\p shape: batch, heads, tree, prefix, ragged, slots, values, seed),
+/// \p steps independent seeded problems.
+std::unique_ptr<StepSource> makeSyntheticSource(GeneratorOptions const &shape, int steps);
 
 /// \brief A recorded trace (validated on open; InputError naming the dataset otherwise).
 /// Throws InputError when this build has no HDF5 support.
