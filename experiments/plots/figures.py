@@ -171,8 +171,9 @@ def roofline_figure(run):
     handles = []
     for d in designs:
         pts = [(r.flops / r.bytes, r.tflops) for r in rows if r.design == d]
-        handles.append(ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=14, color=style.design_colour(d),
-                                  marker=style.design_marker(d), edgecolors="white", linewidths=0.3, zorder=3))
+        handles.append(ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=16, facecolors="none",
+                                  edgecolors=style.design_colour(d), marker=style.design_marker(d), linewidths=0.9,
+                                  zorder=3))  # hollow: coinciding designs stay visible
     style.log_axis(ax, "x")
     style.log_axis(ax, "y")
     ax.set_xlim(lo_x, hi_x)
@@ -192,7 +193,7 @@ def _speedup_text(s):
     if 0.9 <= s < 1.1:
         return f"{s:.3f}"
     if s < 1:
-        return f"{s:.2g}"
+        return f"{s:#.2g}"
     return f"{s:.1f}" if s < 100 else f"{s:.0f}"
 
 
@@ -269,7 +270,7 @@ def speedup_figure(run):
 
 
 def options_figure(run):
-    option_axes = [a for a in run.option_axes()]
+    option_axes = run.option_axes()
     if not option_axes:
         return None, "no option (nsplit, workspace, mode, mask, l2_flush, KV slots) varies"
     shape_dims = [d for d in data.DIMS if run.varies(d)]
@@ -324,7 +325,9 @@ def options_figure(run):
               for combo in combos]
     style.legend_strip(legend_ax, handles, labels, legend_cols)
     names = " and ".join(data.OPTION_NAMES[a] for a in option_axes)
-    caption = style.env_caption(run, width, extra=(f"Which {names} setting is fastest at each shape (★; +x%: slower by)?", _caption_timing(run)))
+    marks = "★; +x%: slower by" if n_bars <= 3 else "★"
+    caption = style.env_caption(run, width, extra=(f"Which {names} setting is fastest at each shape ({marks})?",
+                                                   _caption_timing(run)))
     return (fig, caption, f"{run.name}_options"), None
 
 

@@ -1,6 +1,7 @@
 """Paper conventions shared by every figure: one- and two-column sizes, a colour-blind-safe palette
 with a fixed colour and marker per design name, log axes where values span decades, the environment
 caption, and saving in every requested format."""
+import io
 import os
 import textwrap
 import zlib
@@ -164,8 +165,23 @@ def save(fig, out_dir, stem, formats, caption):
     paths = []
     for fmt in formats:
         path = os.path.join(out_dir, f"{stem}.{fmt}")
-        kwargs = {"dpi": PNG_DPI} if fmt == "png" else {}
-        fig.savefig(path, bbox_inches="tight", pad_inches=0.03, **kwargs)
+        if fmt == "png":
+            _save_png(fig, path)
+        else:
+            fig.savefig(path, bbox_inches="tight", pad_inches=0.03)
         paths.append(path)
     plt.close(fig)
     return paths
+
+
+def _save_png(fig, path):
+    """A 256-colour PNG (a third of the size; figures have few colours) when Pillow is there."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=PNG_DPI, bbox_inches="tight", pad_inches=0.03)
+    try:
+        from PIL import Image
+        image = Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+        image.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
+    except (ImportError, AttributeError, OSError):
+        with open(path, "wb") as f:
+            f.write(buf.getvalue())
