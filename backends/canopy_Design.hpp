@@ -71,6 +71,9 @@ public:
   /// \brief The kernel path the last run took (e.g. "cuda-sm120/mma", "kokkos-team"); a fallback
   /// shows here, so result rows can say what actually ran.
   virtual std::string path() const { return name(); }
+  /// \brief The kernel paths run() can take, as path() spells them ("<...>" marks a variable part),
+  /// for `canopy designs`.
+  virtual std::string kernelPaths() const { return name(); }
   /// \brief Bytes of workspace currently held.
   virtual size_t workspaceBytes() const { return 0; }
   /// \brief Whether run() may be captured into a CUDA graph.

@@ -3,6 +3,7 @@
 #include "canopy_Config.hpp"
 #include "canopy_Error.hpp"
 
+#include <algorithm>
 #include <mutex>
 #include <sstream>
 
@@ -14,6 +15,7 @@ struct Entry
 {
   std::string name, summary;
   DesignFactory factory;
+  bool experimental = false;
 };
 std::vector<Entry> &entries()
 {
@@ -44,23 +46,39 @@ WorkspaceStrategy parseWorkspaceStrategy(std::string const &name, std::string co
   throw InputError(what + ": unknown workspace strategy '" + name + "' (expected persistent, per-call or grow)");
 }
 
-void registerDesign(std::string const &name, std::string const &summary, DesignFactory factory)
+void registerDesign(std::string const &name, std::string const &summary, DesignFactory factory, bool experimental)
 {
   for (auto &e : entries())
     if (e.name == name)
     {
-      e = {name, summary, std::move(factory)};
+      e = {name, summary, std::move(factory), experimental};
       return;
     }
-  entries().push_back({name, summary, std::move(factory)});
+  entries().push_back({name, summary, std::move(factory), experimental});
 }
 
-std::vector<std::string> designNames()
+void unregisterDesign(std::string const &name)
+{
+  auto &e = entries();
+  e.erase(std::remove_if(e.begin(), e.end(), [&](Entry const &x) { return x.name == name; }), e.end());
+}
+
+bool designIsExperimental(std::string const &name)
+{
+  registerBuiltinDesigns();
+  for (auto const &e : entries())
+    if (e.name == name)
+      return e.experimental;
+  return false;
+}
+
+std::vector<std::string> designNames(bool include_experimental)
 {
   registerBuiltinDesigns();
   std::vector<std::string> names;
   for (auto const &e : entries())
-    names.push_back(e.name);
+    if (include_experimental || !e.experimental)
+      names.push_back(e.name);
   return names;
 }
 

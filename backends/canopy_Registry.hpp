@@ -14,14 +14,21 @@ using DesignFactory = std::function<DesignPtr()>;
 
 /// \brief Registers a design; called once per design from its own translation unit via
 /// registerBuiltinDesigns() (no static-initialisation tricks: static libraries drop those).
-void registerDesign(std::string const &name, std::string const &summary, DesignFactory factory);
+/// \p experimental: selectable by name, but left out of designNames() and so of "all" and the default
+/// lists: designs kept for a measurement, not the ones a user should compare.
+void registerDesign(std::string const &name, std::string const &summary, DesignFactory factory,
+                    bool experimental = false);
+
+/// \brief Removes a design (tests that register their own); no-op when absent.
+void unregisterDesign(std::string const &name);
 
 /// \brief Creates a design by name. Throws InputError listing the compiled designs when unknown.
 DesignPtr makeDesign(std::string const &name);
 
-/// \brief Names of the compiled designs, in registration order.
-std::vector<std::string> designNames();
+/// \brief Names of the compiled designs, in registration order (experimental ones on request).
+std::vector<std::string> designNames(bool include_experimental = false);
 std::string designSummary(std::string const &name);
+bool designIsExperimental(std::string const &name);
 
 /// \brief Registers every design this build has (idempotent).
 void registerBuiltinDesigns();

@@ -15,6 +15,15 @@ public:
   explicit InputError(std::string const &what) : std::runtime_error(what) {}
 };
 
+/// \brief A design that cannot serve a shape or option (tree larger than its kernels take, too much
+/// shared memory): the shape is fine, this design is not for it. `canopy run` and `canopy check`
+/// report that design as unsupported for the shape, with the reason, and go on with the others.
+class Unsupported : public InputError
+{
+public:
+  explicit Unsupported(std::string const &what) : InputError(what) {}
+};
+
 /// \brief A failure of the machine or a library (CUDA error, I/O failure). Exit code 3.
 class RuntimeFailure : public std::runtime_error
 {

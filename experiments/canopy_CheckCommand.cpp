@@ -55,6 +55,12 @@ void printRow(std::string const &name, ValueMode values, std::string const &path
               static_cast<long long>(e.num_bad), e.pass ? "pass" : "FAIL");
 }
 
+/// A design that cannot serve the shape: its row says so and why; the check goes on with the others.
+void printUnsupported(std::string const &name, ValueMode values, std::string const &why)
+{
+  std::printf("| %-12s | %-13s | unsupported: %s |\n", name.c_str(), toString(values).c_str(), why.c_str());
+}
+
 void printTolerances()
 {
   std::printf("tolerance: rel-L2 <= %.0e over the output and <= %.0e per output row (worst row), no NaN or "
@@ -109,9 +115,16 @@ int runCheck(CheckFlags f)
     for (auto const &name : designs)
     {
       DesignPtr design = makeDesign(name);
-      CheckResult const r = checkDesign(*design, problem, options, reference);
-      all_pass = all_pass && r.error.pass;
-      printRow(name, values, r.path, r.error);
+      try
+      {
+        CheckResult const r = checkDesign(*design, problem, options, reference);
+        all_pass = all_pass && r.error.pass;
+        printRow(name, values, r.path, r.error);
+      }
+      catch (Unsupported const &e)
+      {
+        printUnsupported(name, values, e.what());
+      }
     }
   }
   return all_pass ? 0 : 1;
@@ -146,21 +159,35 @@ int runTraceCheck(CheckFlags f)
       ErrorStats worst;
       worst.pass = true;
       std::string path;
-      for (int64_t s = 0; s < src->numSteps(); ++s)
+      std::string unsupported;
+      for (int64_t s = 0; s < src->numSteps() && unsupported.empty(); ++s)
       {
         HostProblem p = src->problem(s, mask);
         DesignPtr design = makeDesign(name);
         CheckResult r;
-        if (values == ValueMode::kTreeDominant)
+        try
         {
-          makeTreeDominant(p, f.gen.seed + static_cast<uint64_t>(s));
-          r = checkDesign(*design, p, options, referenceAttention(p));
+          if (values == ValueMode::kTreeDominant)
+          {
+            makeTreeDominant(p, f.gen.seed + static_cast<uint64_t>(s));
+            r = checkDesign(*design, p, options, referenceAttention(p));
+          }
+          else
+            r = checkDesign(*design, p, options, expectedOutput(*src, s, p, refs));
         }
-        else
-          r = checkDesign(*design, p, options, expectedOutput(*src, s, p, refs));
+        catch (Unsupported const &e)
+        {
+          unsupported = "step " + std::to_string(s) + ": " + e.what();
+          break;
+        }
         path = r.path;
         if (worst.pass && (!r.error.pass || r.error.worst_row_rel_l2 >= worst.worst_row_rel_l2))
           worst = r.error;  // the first failure, else the largest per-row error
+      }
+      if (!unsupported.empty())
+      {
+        printUnsupported(name, values, unsupported);
+        continue;
       }
       all_pass = all_pass && worst.pass;
       printRow(name, src->recordedValues() ? ValueMode::kRandom : values, path, worst);

@@ -15,6 +15,8 @@ using Action = std::function<int()>;
 void addCheckCommand(CLI::App &app, Action &action);
 /// \brief Adds `canopy run` (experiment configs -> results and tables).
 void addRunCommand(CLI::App &app, Action &action);
+/// \brief Adds `canopy designs` (the designs of this build, their paths, whether they run here).
+void addDesignsCommand(CLI::App &app, Action &action);
 /// \brief Adds `canopy merge` (shard results of one config -> the results of one run).
 void addMergeCommand(CLI::App &app, Action &action);
 /// \brief Adds `canopy trace synth | info | validate` (verify traces, HDF5 format v1).

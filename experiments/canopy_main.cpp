@@ -14,6 +14,7 @@ int main(int argc, char **argv)
   canopy::cli::addCheckCommand(app, action);
   canopy::cli::addRunCommand(app, action);
   canopy::cli::addMergeCommand(app, action);
+  canopy::cli::addDesignsCommand(app, action);
 #ifdef CANOPY_HAVE_TRACE
   canopy::cli::addTraceCommands(app, action);
 #endif

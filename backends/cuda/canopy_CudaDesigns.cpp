@@ -43,6 +43,13 @@ public:
   MemoryKind memory() const override { return MemoryKind::kCudaDevice; }
   bool captureSafe() const override { return true; }
   std::string path() const override { return _path.empty() ? name() : _path; }
+  std::string kernelPaths() const override
+  {
+    if (!_kernel.splits)
+      return name() + "/mma-flat/<layout>";
+    return name() + "/mma-split<N>-" + (_bf16 ? "bf16" : "f32") + "/<layout> (split-K + combine), " + name() +
+           "/mma-direct/<layout> (NSPLIT 1)";
+  }
 
   size_t workspaceBytes() const override
   {
@@ -59,20 +66,20 @@ public:
         bounds.max_prefix < 0)
       throw InputError(who + "plan bounds must be non-negative with at least one head");
     if (bounds.max_tree > MAX_TREE)
-      throw InputError(who + "max tree size " + std::to_string(bounds.max_tree) + " exceeds the " +
+      throw Unsupported(who + "max tree size " + std::to_string(bounds.max_tree) + " exceeds the " +
                        std::to_string(MAX_TREE) + " nodes the kernels serve (shared-memory visibility sets)");
     if (bounds.max_batch > 65535)
-      throw InputError(who + "max batch " + std::to_string(bounds.max_batch) + " exceeds 65535 (grid y)");
+      throw Unsupported(who + "max batch " + std::to_string(bounds.max_batch) + " exceeds 65535 (grid y)");
     if (bounds.max_prefix + bounds.max_tree > (int64_t{1} << 30))
-      throw InputError(who + "prefix + tree length " + std::to_string(bounds.max_prefix + bounds.max_tree) +
+      throw Unsupported(who + "prefix + tree length " + std::to_string(bounds.max_prefix + bounds.max_tree) +
                        " exceeds 2^30 (32-bit request-local positions)");
     if (_kernel.splits && (options.nsplit < 0 || options.nsplit > MAX_NSPLIT))
-      throw InputError(who + "nsplit " + std::to_string(options.nsplit) + " outside [1, " +
+      throw Unsupported(who + "nsplit " + std::to_string(options.nsplit) + " outside [1, " +
                        std::to_string(MAX_NSPLIT) + "] (0 = auto)");
     DeviceInfo const dev = deviceInfo(currentDevice());
     size_t const smem = _kernel.sharedBytes();
     if (dev.smem_per_block_optin < smem)
-      throw InputError(who + "needs " + std::to_string(smem) + " bytes of shared memory per block, " + dev.name +
+      throw Unsupported(who + "needs " + std::to_string(smem) + " bytes of shared memory per block, " + dev.name +
                        " offers " + std::to_string(dev.smem_per_block_optin));
     check(prepareVerifyKernels(), "cudaFuncSetAttribute (verify kernels)");
     _bounds = bounds;
@@ -220,9 +227,9 @@ void registerCudaDesigns()
                  [] { return cuda::makeSm120Design(false); });
   registerDesign("cuda-sm120-w32",
                  "cuda-sm120 with 32 rows per warp: one ldmatrix.x4 feeds 4 mma instead of 2, paid for with a "
-                 "4-warp score exchange and a softmax step per 16 keys (measured slower on the H200, kept to "
-                 "compare on other GPUs)",
-                 [] { return cuda::makeSm120WideDesign(false); });
+                 "4-warp score exchange and a softmax step per 16 keys (experimental: 5-9% slower than cuda-sm120 "
+                 "on the H200, docs/results/cuda-h200.md; kept to compare on other GPUs)",
+                 [] { return cuda::makeSm120WideDesign(false); }, /*experimental=*/true);
   registerDesign("cuda-flat",
                  "CUDA baseline with SGLang's Triton extend-kernel structure: block per (request, head, "
                  "32-node tile), whole prefix serially, K and V loaded separately",

@@ -62,6 +62,13 @@ DeviceInfo deviceInfo(int device)
   return d;
 }
 
+std::string DeviceInfo::targetLabel() const
+{
+  if (cc_major == 12 && cc_minor == 0)
+    return name;
+  return name + " (sm_" + std::to_string(cc_major) + std::to_string(cc_minor) + ") proxy for the sm_120 target";
+}
+
 std::string DeviceInfo::summary() const
 {
   char buf[256];

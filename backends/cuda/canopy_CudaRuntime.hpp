@@ -42,6 +42,9 @@ struct DeviceInfo
   int mem_bus_bits = 0;
   int driver_version = 0, runtime_version = 0;
   std::string summary() const;  ///< "NVIDIA H200 (sm_90, 132 SMs, 60 MB L2, driver 13.0, runtime 13.0)"
+  /// \brief How numbers from this device are labelled: "<name> (sm_XY) proxy for the sm_120 target"
+  /// on any GPU but sm_120; the plain name on an sm_120 card.
+  std::string targetLabel() const;
 };
 DeviceInfo deviceInfo(int device = 0);
 

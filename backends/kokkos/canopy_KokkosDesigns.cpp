@@ -129,6 +129,16 @@ public:
   }
 
   std::string path() const override { return _path; }
+  std::string kernelPaths() const override
+  {
+    std::string paths = std::string(Flavor::name()) + " (" + ExecSpace::name() + " TeamPolicy)";
+    if (verify_spec_avail<ExecSpace, Flavor>::value && ON_CUDA && _algo == Algo::Auto)
+      paths = std::string(Flavor::name()) + "[cuda-sm120] (Kokkos::Cuda specialisation), " + paths +
+              " where the specialisation does not serve the shape";
+    else if (!verifyFlavorCompiled<ExecSpace, Flavor>())
+      paths = std::string(TeamTiles::name()) + " (fallback: " + Flavor::name() + " not compiled for " + ExecSpace::name() + ")";
+    return paths;
+  }
   size_t workspaceBytes() const override { return _ws.bytes(); }
 
 private:

@@ -46,7 +46,7 @@ struct Flags
   std::vector<int> trees{17, 33, 65};
   std::vector<int64_t> prefixes{4096, 16384, 65536, 131072};
   int heads = 8;
-  std::vector<std::string> designs{"cuda-sm120", "cuda-sm120-bf16p", "cuda-sm120-w32", "cuda-flat"};
+  std::vector<std::string> designs{"cuda-sm120", "cuda-sm120-bf16p", "cuda-flat"};  // cuda-sm120-w32: by name
   std::vector<std::string> masks{"full"};
   std::vector<std::string> workspaces{"persistent"};
   int nsplit = 0;  // 0: suggestNsplit per shape
@@ -215,7 +215,7 @@ std::string jsonRow(Row const &r, cuda::Peaks const &peaks, std::string const &d
                 "\"mma_bound_us\":%.3f,\"frac_mma_bound\":%.4f,"
                 "\"xcheck_rel_l2\":%.3e,\"bad\":%lld,\"workspace_bytes\":%zu,\"peak_tflops\":%.1f,"
                 "\"peak_mma_tflops\":%.1f,\"peak_mma_ldmatrix_tflops\":%.1f,\"peak_mma_ldmatrix_wide_tflops\":%.1f,"
-                "\"peak_copy_tbs\":%.3f,\"device\":\"%s (H200 = sm_90 proxy)\"}",
+                "\"peak_copy_tbs\":%.3f,\"device\":\"%s\"}",
                 r.design.c_str(), r.path.c_str(), r.B, r.T, static_cast<long long>(r.P), r.H, r.mask.c_str(),
                 r.workspace.c_str(), r.nsplit, r.t.median_ms * 1e3, r.t.p10_ms * 1e3, r.t.p90_ms * 1e3, r.t.samples,
                 r.tflops, r.gbs, r.bound_us, r.frac, r.mma_bound_us, r.frac_mma, r.xcheck,
@@ -237,8 +237,8 @@ int runBench(Flags const &f)
   cuda::Stream peak_stream;
   cuda::Peaks const peaks = f.smoke ? cuda::measurePeaks(peak_stream.get(), 1024, size_t(64) << 20, true)
                                     : cuda::measurePeaks(peak_stream.get());
-  std::printf("device: %s -- an sm_90 proxy for the sm_120 design target\npeaks (same run): %s\n",
-              dev.summary().c_str(), peaks.describe().c_str());
+  std::printf("device: %s -- %s\npeaks (same run): %s\n", dev.summary().c_str(), dev.targetLabel().c_str(),
+              peaks.describe().c_str());
   if (f.peaks_only)
   {
     // Where the mma.sync rate goes with the B-operand feed and the warps per SM (one block per SM).
@@ -338,7 +338,7 @@ int runBench(Flags const &f)
     {
       std::ofstream os(tmp);
       for (Row const &r : rows)
-        os << jsonRow(r, peaks, dev.name) << "\n";
+        os << jsonRow(r, peaks, dev.targetLabel()) << "\n";
       if (!os)
         throw RuntimeFailure("cannot write " + tmp);
     }

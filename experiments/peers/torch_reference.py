@@ -16,6 +16,14 @@ import os
 import sys
 
 
+
+def target_label():
+    """How numbers from this GPU are labelled: a proxy for the sm_120 target unless it is sm_120."""
+    import torch
+    major, minor = torch.cuda.get_device_capability()
+    name = torch.cuda.get_device_name()
+    return name if (major, minor) == (12, 0) else "%s (sm_%d%d) proxy for the sm_120 target" % (name, major, minor)
+
 def draft_tree(size, seed):
     """A DDTree-like tree: a spine (top-1 path) plus side branches, parent[i] < i."""
     import random
@@ -105,7 +113,7 @@ def bench_shape(torch, B, T, P, H, samples, warmup, flush_buf):
     del graph
     return {"design": "torch-gather-bmm", "B": B, "T": T, "P": P, "H": H, "median_us": rank(0.5) * 1e3,
             "p10_us": rank(0.1) * 1e3, "p90_us": rank(0.9) * 1e3, "samples": samples, "finite": finite,
-            "torch": torch.__version__, "device": torch.cuda.get_device_name() + " (H200 = sm_90 proxy)"}
+            "torch": torch.__version__, "device": target_label()}
 
 
 def run(args):

@@ -21,11 +21,7 @@ public:
     if (!cuda::cudaAvailable(&why))
       return "no GPU (" + why + ")";
     cuda::DeviceInfo const &d = info();
-    std::string s = "GPU: " + d.summary();
-    if (d.cc_major != 12)
-      s += " — an H200 (sm_" + std::to_string(d.cc_major) + std::to_string(d.cc_minor) +
-           ") proxy for the sm_120 design target";
-    return s;
+    return "GPU: " + d.summary() + " — " + d.targetLabel();
   }
 
   bool supports(ExecMode mode, Design const &design, std::string *why) const override

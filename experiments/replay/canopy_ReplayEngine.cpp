@@ -96,6 +96,7 @@ struct RowAccumulator
   int64_t checked = 0;
   double max_abs = 0, rel_l2 = 0;
   bool failed = false;
+  bool unsupported = false;  ///< the design cannot serve this bucket's shape (the note says why)
   std::string note;
 };
 
@@ -164,10 +165,10 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
         {
           design->plan(bucket.bounds, opt);
         }
-        catch (InputError const &e)
+        catch (Unsupported const &e)
         {
-          acc.failed = true;
-          acc.note = std::string("unsupported: ") + e.what();
+          acc.unsupported = true;
+          acc.note = e.what();
           tick(static_cast<int64_t>(bucket.steps.size()));
           break;
         }
@@ -200,7 +201,8 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
         if (!e.pass)
         {
           acc.failed = true;
-          acc.note = "step " + std::to_string(s) + ": rel L2 " + std::to_string(e.rel_l2) + ", " +
+          acc.note = "step " + std::to_string(s) + ": rel L2 " + std::to_string(e.rel_l2) + ", worst row " +
+                     std::to_string(e.worst_row) + " rel L2 " + std::to_string(e.worst_row_rel_l2) + ", " +
                      std::to_string(e.num_bad) + " NaN/unwritten (first at " + std::to_string(e.first_bad) + ")";
         }
       }
@@ -255,6 +257,11 @@ void finishRow(ResultRow &row, RowAccumulator const &acc)
   if (acc.failed)
   {
     row.status = "FAILED";
+    row.note = acc.note;
+  }
+  else if (acc.unsupported)
+  {
+    row.status = "unsupported";
     row.note = acc.note;
   }
 }
@@ -345,6 +352,11 @@ ResultSet runExperiment(ExperimentConfig const &c, ProgressFn const &progress)
           if (acc.failed && !merged.failed)
           {
             merged.failed = true;
+            merged.note = "bucket " + std::to_string(size) + ": " + acc.note;
+          }
+          else if (acc.unsupported && !merged.failed && !merged.unsupported)
+          {
+            merged.unsupported = true;
             merged.note = "bucket " + std::to_string(size) + ": " + acc.note;
           }
         }

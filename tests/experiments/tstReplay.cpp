@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace
 {
 using namespace canopy;
@@ -90,9 +92,57 @@ TEST(Replay, sameConfigSameInputsSameErrors)
   }
 }
 
+/// A design whose kernels do not serve trees of more than 4 nodes.
+class SmallTreesOnly final : public Design
+{
+public:
+  std::string name() const override { return "test-small-trees"; }
+  MemoryKind memory() const override { return MemoryKind::kHost; }
+  void plan(PlanBounds const &b, DesignOptions const &) override
+  {
+    if (b.max_tree > 4)
+      throw Unsupported("test-small-trees: trees of " + std::to_string(b.max_tree) + " nodes exceed its 4");
+  }
+  void run(BatchRef const &, ExecContext const &) override {}
+};
+
+TEST(Replay, aDesignThatCannotServeAShapeIsReportedAndTheOthersRun)
+{
+  registerDesign("test-small-trees", "test only", [] { return std::make_unique<SmallTreesOnly>(); });
+  struct Unregister
+  {
+    ~Unregister() { unregisterDesign("test-small-trees"); }
+  } const leave_no_design_behind;
+  ExperimentConfig c = smallConfig();
+  c.designs = {"reference", "test-small-trees"};
+  c.group_by = "trace";
+  ResultSet const rs = runExperiment(c);
+  ASSERT_EQ(rs.rows.size(), 4u);
+  for (auto const &r : rs.rows)
+  {
+    SCOPED_TRACE(r.design + " " + r.mask);
+    if (r.design == "test-small-trees")
+    {
+      EXPECT_EQ(r.status, "unsupported");
+      EXPECT_NE(r.note.find("exceed its 4"), std::string::npos) << r.note;
+    }
+    else
+    {
+      EXPECT_EQ(r.status, "ok");
+      EXPECT_GT(r.checked_steps, 0);
+    }
+  }
+  auto const names = designNames(true);
+  EXPECT_NE(std::find(names.begin(), names.end(), "test-small-trees"), names.end());
+}
+
 TEST(Replay, wrongDesignIsMarkedFailed)
 {
   registerDesign("test-wrong", "always 1.0 (test only)", [] { return std::make_unique<WrongDesign>(); });
+  struct Unregister
+  {
+    ~Unregister() { unregisterDesign("test-wrong"); }
+  } const leave_no_design_behind;
   ExperimentConfig c = smallConfig();
   c.designs = {"reference", "test-wrong"};
   c.group_by = "trace";

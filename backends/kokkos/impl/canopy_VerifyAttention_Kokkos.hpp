@@ -100,7 +100,7 @@ VerifyPlan planVerify(PlanBounds const &bounds, int nsplit, bool strict = false,
   int64_t const nodes = std::max<int64_t>(1, std::min<int64_t>(p.max_tree, cap / p.heads_per_group));
   p.rows_per_tile = static_cast<int>(roundUp(nodes * p.heads_per_group, Tiles::ROW_BLOCK));
   if (p.leagueSize() > std::numeric_limits<int>::max() || p.max_nodes > std::numeric_limits<int>::max())
-    throw InputError("verify plan: " + std::to_string(p.leagueSize()) + " teams exceed a Kokkos league");
+    throw Unsupported("verify plan: " + std::to_string(p.leagueSize()) + " teams exceed a Kokkos league");
   return p;
 }
 
@@ -633,7 +633,7 @@ void verifyAttentionTeams(ExecutionSpace const &space, VerifyArgs<typename Execu
   Policy split_policy(space, static_cast<int>(plan.leagueSize()), Tiles::TEAM_SIZE);
   int const level = bytes <= static_cast<size_t>(split_policy.scratch_size_max(0)) ? 0 : 1;
   if (bytes > static_cast<size_t>(split_policy.scratch_size_max(1)))
-    throw InputError("verify plan: " + std::to_string(plan.rows_per_tile) + " rows per tile need " +
+    throw Unsupported("verify plan: " + std::to_string(plan.rows_per_tile) + " rows per tile need " +
                      std::to_string(bytes) + " bytes of team scratch, more than this space offers");
   VerifySplitKernel<ExecutionSpace, TileProducts, Tiles> split{args, ws.partial_out, ws.partial_lse, ws.node_capacity, plan,
                                                         level};
