@@ -190,10 +190,11 @@ def roofline_figure(run):
 
 
 def _speedup_text(s):
+    """'13.9', '1.004', or '1/48' for a design 48x slower than the baseline."""
     if 0.9 <= s < 1.1:
         return f"{s:.3f}"
     if s < 1:
-        return f"{s:#.2g}"
+        return f"1/{1 / s:.1f}" if 1 / s < 10 else f"1/{1 / s:.0f}"
     return f"{s:.1f}" if s < 100 else f"{s:.0f}"
 
 
@@ -265,7 +266,8 @@ def speedup_figure(run):
     bar.ax.yaxis.set_minor_formatter(style.NullFormatter())
     caption = style.env_caption(run, width, extra=(
         f"How much faster than {base} is each design at each shape?",
-        f"Speedup = {base}'s summed per-step median time / the design's; > 1 (blue) is faster."))
+        f"Speedup = {base}'s summed per-step median time / the design's; > 1 (blue) is faster, "
+        f"1/x (red) is x times slower."))
     return (fig, caption, f"{run.name}_speedup"), None
 
 

@@ -103,7 +103,7 @@ def env_caption(run, width_in, extra=()):
     head, _, proxy = device.partition(" — ")
     hardware = env.get("gpu") or head.replace("GPU: ", "").replace("host: ", "host ") or "unknown device"
     parts = [hardware]
-    label = env.get("proxy") or proxy
+    label = next((v for k, v in sorted(env.items()) if "proxy" in k or k == "target_label"), "") or proxy
     if label:
         parts[0] += f" — {label}"
     git = env.get("git", "")
@@ -162,6 +162,8 @@ def save(fig, out_dir, stem, formats, caption):
         fig.text(0.0, 0.0, caption, ha="left", va="top", fontsize=6.5, color="#333333",
                  transform=fig.transFigure)
     os.makedirs(out_dir, exist_ok=True)
+    fig.canvas.draw()  # lay the panels out once, then keep that layout for every format
+    fig.set_layout_engine("none")
     paths = []
     for fmt in formats:
         path = os.path.join(out_dir, f"{stem}.{fmt}")
