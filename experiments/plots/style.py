@@ -104,7 +104,7 @@ def env_caption(run, width_in, extra=()):
     hardware = env.get("gpu") or head.replace("GPU: ", "").replace("host: ", "host ") or "unknown device"
     parts = [hardware]
     label = next((v for k, v in sorted(env.items()) if "proxy" in k or k == "target_label"), "") or proxy
-    if label:
+    if label and not hardware.startswith(label.strip()):  # on the target itself the label is its name
         parts[0] += f" — {label}"
     git = env.get("git", "")
     if git:
