@@ -21,7 +21,7 @@ enum class MemoryKind
   kCudaDevice  ///< cudaMalloc'd device memory, reached without Kokkos CUDA
 };
 
-/// How the workspace (split partials) is provided (DESIGN.md §2).
+/// How the workspace (split partials) is provided (docs/design.md §2).
 enum class WorkspaceStrategy
 {
   kPersistent,  ///< sized once for the largest bucket in plan()

@@ -8,7 +8,7 @@
 
 namespace canopy
 {
-/// \brief Capacity of a batch's buffers: a graph bucket's worth (DESIGN.md §4).
+/// \brief Capacity of a batch's buffers: a graph bucket's worth (docs/design.md §4).
 struct BatchCapacity
 {
   int max_batch = 0;

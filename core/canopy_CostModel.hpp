@@ -1,5 +1,5 @@
 /// \file canopy_CostModel.hpp
-/// \brief FLOPs and minimum bytes of a verify batch (DESIGN.md §1), and the roofline bound.
+/// \brief FLOPs and minimum bytes of a verify batch (docs/design.md §1), and the roofline bound.
 #pragma once
 
 #include "canopy_Problem.hpp"

@@ -19,7 +19,7 @@ struct RequestSpec
 };
 
 /// \brief Metadata of one verify batch, exactly the buffers and dtypes SGLang's Triton backend
-/// holds for target-verify (DESIGN.md §1), plus Canopy's tree_parent (always filled: it is what the
+/// holds for target-verify (docs/design.md §1), plus Canopy's tree_parent (always filled: it is what the
 /// `parents` layout reads and what the reference and the checks use).
 struct BatchMetadata
 {

@@ -1,5 +1,5 @@
 /// \file canopy_Reference.hpp
-/// \brief fp64 host reference of tree-verify attention (DESIGN.md §1), and error statistics.
+/// \brief fp64 host reference of tree-verify attention (docs/design.md §1), and error statistics.
 #pragma once
 
 #include "canopy_BatchRef.hpp"

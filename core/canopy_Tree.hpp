@@ -28,7 +28,7 @@ std::vector<uint64_t> ancestorMasks(std::vector<int32_t> const &parent);
 /// \brief Visibility of node j from node i by walking parents (the definition; O(depth)).
 bool isVisible(int32_t const *parent, int64_t i, int64_t j);
 
-/// \brief Appends one request's mask in the given layout to \p mask (DESIGN.md §1):
+/// \brief Appends one request's mask in the given layout to \p mask (docs/design.md §1):
 /// kFull: T x (P+T) row-major, prefix columns 1; kTree: T x T; kParents: nothing.
 void appendTreeMask(std::vector<uint8_t> &mask, std::vector<int32_t> const &parent, int64_t prefix_len,
                     MaskLayout layout);

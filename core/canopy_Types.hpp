@@ -21,7 +21,7 @@ struct ModelShape
   double sm_scale = 1.0 / std::sqrt(192.0);  ///< softmax scale (qk_nope 128 + rope 64)
 };
 
-/// How tree visibility reaches the kernel (DESIGN.md §1).
+/// How tree visibility reaches the kernel (docs/design.md §1).
 enum class MaskLayout
 {
   kFull,    ///< SGLang default: per request T x (P+T) bytes

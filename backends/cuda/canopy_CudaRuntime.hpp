@@ -247,7 +247,7 @@ TimingStats summarize(std::vector<double> samples_ms);
 /// untimed replays. Synchronises \p stream once at the end.
 TimingStats timeGraph(Graph const &graph, cudaStream_t stream, int samples, int warmup, L2Flusher *flusher);
 
-/// \brief Peaks measured on this device, in this run, for the roofline bound (DESIGN.md §1).
+/// \brief Peaks measured on this device, in this run, for the roofline bound (docs/design.md §1).
 struct Peaks
 {
   double bf16_flops = 0;       ///< dense bf16 GEMM, FLOP/s (cuBLAS, fp32 accumulation, random data)

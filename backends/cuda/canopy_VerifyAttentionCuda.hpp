@@ -27,7 +27,7 @@ constexpr int MAX_TREE = 256;
 constexpr int MAX_NSPLIT = 256;
 
 /// \brief Everything a verify launch needs. All pointers are device pointers to the native
-/// SGLang-layout buffers (DESIGN.md §1); the kernels read them in place, every launch, so a CUDA
+/// SGLang-layout buffers (docs/design.md §1); the kernels read them in place, every launch, so a CUDA
 /// graph replays against whatever the buffers hold at replay time.
 struct VerifyParams
 {

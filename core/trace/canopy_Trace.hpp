@@ -1,5 +1,5 @@
 /// \file canopy_Trace.hpp
-/// \brief Verify traces (format v1, DESIGN.md §3): the summary a reader exposes, the per-request form
+/// \brief Verify traces (format v1, docs/design.md §3): the summary a reader exposes, the per-request form
 /// a writer takes, and the columnar form (one vector per HDF5 dataset) both are built on.
 #pragma once
 
@@ -80,7 +80,7 @@ struct TraceColumns
   void endStep() { request_offset.push_back(numRows()); }
 };
 
-/// \brief Checks every invariant of format v1 on the columns (DESIGN.md §3, docs/trace-format.md):
+/// \brief Checks every invariant of format v1 on the columns (docs/design.md §3, docs/trace-format.md):
 /// offsets start at 0, are monotone and end at their dataset's length; prefix lengths match kv_offset;
 /// trees have one root (node 0) and parent[i] < i; accepted in [1, T]; slots in [0, num_slots); tree
 /// slots of a step are distinct and not in any prefix of that step; request ids unique per step;
@@ -115,7 +115,7 @@ struct TraceStepView
 /// \pre the columns are valid and 0 <= s < numSteps(); the view lives as long as the columns.
 void stepView(TraceColumns const &columns, int64_t s, TraceStepView &view);
 
-/// \brief SGLang-native metadata of step \p s (DESIGN.md §1) straight from the columns.
+/// \brief SGLang-native metadata of step \p s (docs/design.md §1) straight from the columns.
 /// \pre the columns are valid.
 BatchMetadata stepMetadata(TraceColumns const &columns, int64_t s, MaskLayout layout);
 /// \brief The same into \p out, reusing its buffers' capacity: a replay loop that keeps one

@@ -1,6 +1,6 @@
 /// \file canopy_TraceReader.hpp
 /// \brief Reads a verify trace (format v1): the whole file is loaded and validated when it is opened,
-/// then each step is served as SGLang-native metadata (DESIGN.md §1) or as a complete HostProblem.
+/// then each step is served as SGLang-native metadata (docs/design.md §1) or as a complete HostProblem.
 #pragma once
 
 #include "canopy_Trace.hpp"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks and measurements of the CUDA designs on a GPU machine, from binaries built on another
-# machine (DESIGN.md §6): experiments/gpu/run_cuda_h200.sh checks|measure <bin-dir> <lib-dir> <out-dir>
+# machine (docs/design.md §6): experiments/gpu/run_cuda_h200.sh checks|measure <bin-dir> <lib-dir> <out-dir>
 #   checks : GPU test suite; compute-sanitizer memcheck and racecheck over every grid and graph case
 #            (sanitizer.md: one row per case) and the racecheck reproducer; SASS summary
 #   measure: benchVerifyCuda sweep (designs, mask layouts, workspace strategies) + PyTorch reference

@@ -125,7 +125,7 @@ TEST(CostModel, knownShape)
   EXPECT_DOUBLE_EQ(c.flops, 2.0 * 8 * 33 * 4129 * 1088);
   double const bytes = 4129.0 * 1152 + 33.0 * 8 * (576 + 512) * 2 + 33.0 * 33;
   EXPECT_DOUBLE_EQ(c.bytes_min, bytes);
-  // "about 1.89 H T FLOP/byte" (DESIGN.md §1) ignores q and out bytes, which lower it a little.
+  // "about 1.89 H T FLOP/byte" (docs/design.md §1) ignores q and out bytes, which lower it a little.
   EXPECT_GT(c.intensity(), 0.85 * 1.89 * 8 * 33);
   EXPECT_LT(c.intensity(), 1.89 * 8 * 33);
   EXPECT_DOUBLE_EQ(rooflineSeconds(c, 1e12, 1e9), bytes / 1e9);
