@@ -85,12 +85,9 @@ void CudaBatchStorage::uploadPool(std::vector<uint16_t> const &kv_pool)
   uploadPrefix(_kv_pool, kv_pool, _stream.get());
 }
 
-void CudaBatchStorage::fillRandomValues(uint64_t seed, float q_scale, float kv_scale)
+size_t CudaBatchStorage::queryElements() const
 {
-  size_t const q_elems = static_cast<size_t>(std::max<int64_t>(_meta.num_nodes, 0)) * _cap.num_heads * D_QK;
-  check(fillRandomBf16(_q.data(), q_elems, seed * 2 + 1, q_scale, _stream.get()), "fillRandomBf16 (q)");
-  check(fillRandomBf16(_kv_pool.data(), _kv_pool.size(), seed * 2 + 2, kv_scale, _stream.get()),
-        "fillRandomBf16 (kv pool)");
+  return static_cast<size_t>(std::max<int64_t>(_meta.num_nodes, 0)) * _cap.num_heads * D_QK;
 }
 
 void CudaBatchStorage::poisonOutput() { _out.fillBytes(0xff, _stream.get()); }

@@ -29,9 +29,12 @@ public:
 
   cudaStream_t stream() const { return _stream.get(); }
   BatchCapacity const &capacity() const { return _cap; }
-  /// \brief Fills q (rows in use) and the whole KV pool with seeded random bf16 on the device,
-  /// for benchmark-sized pools that would take seconds on the host. Call after setMetadata.
-  void fillRandomValues(uint64_t seed, float q_scale = 1.f, float kv_scale = 1.f);
+  /// \brief The q rows in use (after setMetadata) and the whole KV pool, for device-side fills by
+  /// measuring tools (experiments/lab) that would take seconds to generate on the host.
+  uint16_t *queryData() { return _q.data(); }
+  size_t queryElements() const;
+  uint16_t *poolData() { return _kv_pool.data(); }
+  size_t poolElements() const { return _kv_pool.size(); }
 
 private:
   BatchCapacity _cap;

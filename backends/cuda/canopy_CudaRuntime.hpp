@@ -1,7 +1,8 @@
 /// \file canopy_CudaRuntime.hpp
 /// \brief A small host API over the CUDA runtime, usable from plain C++ (no nvcc): availability,
 /// device facts, RAII device buffers, streams, events, graph capture/replay in global capture
-/// mode, an L2 flusher, timing statistics and the peak measurements the roofline uses.
+/// mode. What the designs and their storage need; the measuring tools (L2 flusher, timed replays,
+/// peak probes) live in experiments/lab.
 /// Errors throw canopy::RuntimeFailure naming the call; nothing here synchronises unless it says so.
 #pragma once
 
@@ -219,61 +220,4 @@ private:
 /// \brief Whether \p stream is being captured right now (legal inside a capture).
 bool isCapturing(cudaStream_t stream);
 
-/// \brief Evicts the L2 between timed samples by writing a buffer of twice the L2 size (a memset:
-/// the written lines displace everything the timed work left in L2).
-class L2Flusher
-{
-public:
-  /// \param bytes buffer size; 0 = 2 x the current device's L2
-  explicit L2Flusher(size_t bytes = 0);
-  void flush(cudaStream_t stream);
-  size_t bytes() const { return _buffer.bytes(); }
-
-private:
-  DeviceBuffer<uint8_t> _buffer;
-  int _value = 0;
-};
-
-/// \brief Median / p10 / p90 of a set of samples (milliseconds), by sorting (nearest rank).
-struct TimingStats
-{
-  double median_ms = 0, p10_ms = 0, p90_ms = 0, min_ms = 0;
-  int samples = 0;
-};
-TimingStats summarize(std::vector<double> samples_ms);
-
-/// \brief Times \p samples replays of \p graph, one event pair around each replay, with the L2
-/// flushed (outside the events) before each one when \p flusher is given, after \p warmup
-/// untimed replays. Synchronises \p stream once at the end.
-TimingStats timeGraph(Graph const &graph, cudaStream_t stream, int samples, int warmup, L2Flusher *flusher);
-
-/// \brief Peaks measured on this device, in this run, for the roofline bound (docs/design.md §1).
-struct Peaks
-{
-  double bf16_flops = 0;       ///< dense bf16 GEMM, FLOP/s (cuBLAS, fp32 accumulation, random data)
-  double copy_bytes_per_s = 0; ///< device-to-device copy, bytes read + written per second
-  /// mma.sync m16n8k16 bf16 from registers, best of 8, 16 and 32 warps per SM: the instruction
-  /// rate an sm_120-instruction-set design can approach on this GPU. On sm_90 the GEMM peak comes
-  /// from wgmma, so the two differ there.
-  double mma_sync_flops = 0;
-  int mma_sync_warps_per_sm = 0;  ///< where mma_sync_flops was measured
-  /// The same instruction fed by one ldmatrix.x4 per two mma at 8 warps per SM (cuda-sm120's Q.K^T
-  /// inner loop and occupancy, with nothing around it).
-  double mma_ldmatrix_flops = 0;
-  /// The same with one ldmatrix.x4 per four mma (32 rows per warp), at 8 warps per SM.
-  double mma_ldmatrix_wide_flops = 0;
-  int gemm_n = 0;
-  size_t copy_bytes = 0;
-  std::string describe() const;
-};
-
-/// \brief Median of \p reps timed n x n x n bf16 GEMMs (cuBLAS, random operands, fp32 accumulate).
-double measureBf16GemmFlops(cudaStream_t stream, int n = 8192, int reps = 10);
-/// \brief Median of \p reps timed cudaMemcpyAsync D2D of \p bytes; counts read + write bytes.
-double measureCopyBandwidth(cudaStream_t stream, size_t bytes = size_t(2) << 30, int reps = 10);
-/// \brief Median of \p reps timed launchMmaSyncPeak calls at \p warps_per_sm warps per SM (one
-/// block per SM, pinned by its shared-memory request; 4 waves), in FLOP/s.
-double measureMmaSyncFlops(cudaStream_t stream, MmaFeed feed, int warps_per_sm, double seconds = 5e-3, int reps = 5);
-/// \brief All of the above; \p quick shrinks the GEMM, the copy and the mma runs (smoke tests).
-Peaks measurePeaks(cudaStream_t stream, int gemm_n = 8192, size_t copy_bytes = size_t(2) << 30, bool quick = false);
 } // namespace canopy::cuda

@@ -100,24 +100,4 @@ cudaError_t launchVerifySm120Wide(VerifyParams const &p, cudaStream_t stream);
 /// query tile), whole prefix walked serially, K and V tiles loaded separately. nsplit is ignored.
 cudaError_t launchVerifyFlat(VerifyParams const &p, cudaStream_t stream);
 
-/// \brief Fills \p n bf16 values with a counter-based hash of (seed, index), uniform in [-scale, scale).
-/// For benchmark pools and GEMM peaks (never zeros: they time faster than real data).
-cudaError_t fillRandomBf16(uint16_t *dst, size_t n, uint64_t seed, float scale, cudaStream_t stream);
-
-/// Where the mma.sync peak kernels take their B operands from.
-enum class MmaFeed : int
-{
-  kRegisters = 0,  ///< registers only: the instruction's rate
-  kLdmatrix = 1,   ///< one ldmatrix.x4 per two mma, the cuda-sm120 Q.K^T inner loop without the rest
-  kLdmatrixWide = 2  ///< one ldmatrix.x4 per four mma (32 rows per warp), cuda-sm120-w32's inner loop
-};
-/// \brief Enqueues \p blocks blocks of \p warps_per_block warps, each running \p iters rounds of
-/// independent mma.sync m16n8k16 bf16 -> fp32 on random operands; \p smem_bytes of dynamic shared
-/// memory per block (at least mmaSyncPeakSharedBytes) lets the caller pin blocks per SM.
-/// \p sink holds one float per thread (keeps the results live).
-cudaError_t launchMmaSyncPeak(MmaFeed feed, int blocks, int warps_per_block, int iters, size_t smem_bytes,
-                              float *sink, cudaStream_t stream);
-/// \brief FLOPs of one launchMmaSyncPeak call.
-int64_t mmaSyncPeakFlops(MmaFeed feed, int blocks, int warps_per_block, int iters);
-size_t mmaSyncPeakSharedBytes(MmaFeed feed);
 } // namespace canopy::cuda

@@ -2,6 +2,8 @@
 /// \brief Trace statistics for `canopy trace info`.
 #include "canopy_TraceStats.hpp"
 
+#include "canopy_Statistics.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdarg>
@@ -12,24 +14,18 @@ namespace canopy
 {
 Distribution summarize(std::vector<int64_t> v)
 {
+  std::vector<double> x(v.begin(), v.end());
+  Summary const s = summarize(std::move(x));
   Distribution d;
-  d.count = static_cast<int64_t>(v.size());
-  if (v.empty())
+  d.count = static_cast<int64_t>(s.n);
+  if (s.n == 0)
     return d;
-  std::sort(v.begin(), v.end());
-  double sum = 0;
-  for (int64_t x : v)
-    sum += static_cast<double>(x);
-  d.mean = sum / static_cast<double>(v.size());
-  auto rank = [&](double p) {
-    size_t const i = static_cast<size_t>(std::max(0.0, std::ceil(p * static_cast<double>(v.size())) - 1));
-    return v[std::min(i, v.size() - 1)];
-  };
-  d.min = v.front();
-  d.p10 = rank(0.10);
-  d.p50 = rank(0.50);
-  d.p90 = rank(0.90);
-  d.max = v.back();
+  d.mean = s.mean;
+  d.min = static_cast<int64_t>(s.min);
+  d.p10 = s.p10;
+  d.p50 = s.median;
+  d.p90 = s.p90;
+  d.max = static_cast<int64_t>(s.max);
   return d;
 }
 
@@ -105,9 +101,8 @@ void appendf(std::string &out, char const *fmt, ...)
 
 void row(std::string &out, char const *name, Distribution const &d)
 {
-  appendf(out, "| %-22s | %10.1f | %9lld | %9lld | %9lld | %9lld | %9lld |\n", name, d.mean, static_cast<long long>(d.min),
-          static_cast<long long>(d.p10), static_cast<long long>(d.p50), static_cast<long long>(d.p90),
-          static_cast<long long>(d.max));
+  appendf(out, "| %-22s | %10.1f | %9lld | %9.1f | %9.1f | %9.1f | %9lld |\n", name, d.mean, static_cast<long long>(d.min),
+          d.p10, d.p50, d.p90, static_cast<long long>(d.max));
 }
 } // namespace
 

@@ -16,7 +16,8 @@ struct Distribution
 {
   int64_t count = 0;
   double mean = 0;
-  int64_t min = 0, p10 = 0, p50 = 0, p90 = 0, max = 0;
+  int64_t min = 0, max = 0;
+  double p10 = 0, p50 = 0, p90 = 0;  ///< canopy_Statistics.hpp's quantiles (linear between ranks)
 };
 Distribution summarize(std::vector<int64_t> values);
 

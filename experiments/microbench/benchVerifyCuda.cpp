@@ -18,6 +18,7 @@
 #include "canopy_CudaBatchStorage.hpp"
 #include "canopy_CudaDesigns.hpp"
 #include "canopy_CudaRuntime.hpp"
+#include "canopy_GpuLab.hpp"
 #include "canopy_Error.hpp"
 #include "canopy_Generator.hpp"
 #include "canopy_Problem.hpp"
@@ -168,7 +169,7 @@ struct Row
   std::string design, path, mask, workspace;
   int B = 0, T = 0, H = 0, nsplit = 1;
   int64_t P = 0;
-  cuda::TimingStats t;
+  Summary t;  // milliseconds
   double tflops = 0, gbs = 0, bound_us = 0, frac = 0, xcheck = 0;
   double mma_bound_us = 0, frac_mma = 0;  ///< the same bound with the mma.sync peak as the FLOP rate
   size_t ws_bytes = 0;
@@ -217,7 +218,7 @@ std::string jsonRow(Row const &r, cuda::Peaks const &peaks, std::string const &d
                 "\"peak_mma_tflops\":%.1f,\"peak_mma_ldmatrix_tflops\":%.1f,\"peak_mma_ldmatrix_wide_tflops\":%.1f,"
                 "\"peak_copy_tbs\":%.3f,\"device\":\"%s\"}",
                 r.design.c_str(), r.path.c_str(), r.B, r.T, static_cast<long long>(r.P), r.H, r.mask.c_str(),
-                r.workspace.c_str(), r.nsplit, r.t.median_ms * 1e3, r.t.p10_ms * 1e3, r.t.p90_ms * 1e3, r.t.samples,
+                r.workspace.c_str(), r.nsplit, r.t.median * 1e3, r.t.p10 * 1e3, r.t.p90 * 1e3, static_cast<int>(r.t.n),
                 r.tflops, r.gbs, r.bound_us, r.frac, r.mma_bound_us, r.frac_mma, r.xcheck,
                 static_cast<long long>(r.bad), r.ws_bytes, peaks.bf16_flops * 1e-12, peaks.mma_sync_flops * 1e-12,
                 peaks.mma_ldmatrix_flops * 1e-12, peaks.mma_ldmatrix_wide_flops * 1e-12,
@@ -275,7 +276,7 @@ int runBench(Flags const &f)
                             static_cast<int64_t>(meta.custom_mask.size()), num_slots, f.heads};
           cuda::CudaBatchStorage storage(cap);
           storage.setMetadata(meta, shape);
-          storage.fillRandomValues(42 + static_cast<uint64_t>(P) + T);
+          cuda::fillRandomValues(storage, 42 + static_cast<uint64_t>(P) + T);
           PlanBounds bounds;
           bounds.max_batch = B;
           bounds.max_tree = T;
@@ -314,7 +315,7 @@ int runBench(Flags const &f)
                   cuda::Graph::capture(storage.stream(), [&] { design->run(storage.ref(), storage.context()); });
               r.t = cuda::timeGraph(graph, storage.stream(), f.samples, f.warmup, f.flush ? &flusher : nullptr);
               r.ws_bytes = design->workspaceBytes();
-              double const sec = r.t.median_ms * 1e-3;
+              double const sec = r.t.median * 1e-3;
               r.tflops = cost.flops / sec * 1e-12;
               r.gbs = cost.bytes_min / sec * 1e-9;
               r.bound_us = bound_s * 1e6;
@@ -327,7 +328,7 @@ int runBench(Flags const &f)
               std::printf("| %-16s | %-5s | %-10s | B=%d T=%2d P=%6lld ns=%2d | %9.1f us [%9.1f, %9.1f] | %6.1f TFLOP/s | "
                           "%6.0f GB/s | bound %8.1f us | %5.1f%% | mma.sync bound %5.1f%% | xchk %.1e | bad %lld |\n",
                           dname.c_str(), mask_name.c_str(), ws_name.c_str(), B, T, static_cast<long long>(P),
-                          r.nsplit, r.t.median_ms * 1e3, r.t.p10_ms * 1e3, r.t.p90_ms * 1e3, r.tflops, r.gbs,
+                          r.nsplit, r.t.median * 1e3, r.t.p10 * 1e3, r.t.p90 * 1e3, r.tflops, r.gbs,
                           r.bound_us, 100 * r.frac, 100 * r.frac_mma, r.xcheck, static_cast<long long>(r.bad));
               std::fflush(stdout);
             }

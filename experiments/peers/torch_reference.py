@@ -17,6 +17,15 @@ import sys
 
 
 
+
+def quantile(sorted_samples, q):
+    """Canopy's one quantile definition (core/canopy_Statistics.hpp): linear between the closest
+    ranks at position q (n - 1), numpy's default."""
+    pos = q * (len(sorted_samples) - 1)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(sorted_samples) - 1)
+    return sorted_samples[lo] + (pos - lo) * (sorted_samples[hi] - sorted_samples[lo])
+
 def target_label():
     """How numbers from this GPU are labelled: a proxy for the sm_120 target unless it is sm_120."""
     import torch
@@ -108,7 +117,7 @@ def bench_shape(torch, B, T, P, H, samples, warmup, flush_buf):
         stops[i].record()
     torch.cuda.synchronize()
     ms = sorted(a.elapsed_time(b) for a, b in zip(starts, stops))
-    rank = lambda f: ms[min(len(ms) - 1, int(f * (len(ms) - 1) + 0.5))]
+    rank = lambda f: quantile(ms, f)
     finite = bool(torch.isfinite(out.float()).all().item())
     del graph
     return {"design": "torch-gather-bmm", "B": B, "T": T, "P": P, "H": H, "median_us": rank(0.5) * 1e3,

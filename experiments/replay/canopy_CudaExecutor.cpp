@@ -3,6 +3,7 @@
 /// one CUDA graph per bucket (captured in global mode after the eager warm-up), L2 flushes outside
 /// the timed region, and the roofline peaks measured once per run on the same GPU.
 #include "canopy_CudaRuntime.hpp"
+#include "canopy_GpuLab.hpp"
 #include "canopy_Executor.hpp"
 
 #include <memory>

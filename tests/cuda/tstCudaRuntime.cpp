@@ -1,13 +1,16 @@
 /// \file tstCudaRuntime.cpp
 /// \brief The host CUDA API: availability never throws, buffers round-trip, global-mode capture
-/// refuses a capture-unsafe call, timing gives positive samples, percentiles are nearest-rank, the
-/// mma.sync peak launcher refuses bad sizes and measures a rate below what the clock allows.
+/// refuses a capture-unsafe call; the measuring tools (experiments/lab): timing gives positive
+/// samples, the mma.sync peak launcher refuses bad sizes and measures a rate below what the clock
+/// allows.
 #include "canopy_CudaRuntime.hpp"
 #include "canopy_CudaTestUtils.hpp"
+#include "canopy_GpuLab.hpp"
 
 #include <gtest/gtest.h>
 
 #include <numeric>
+
 
 namespace canopy::test
 {
@@ -20,20 +23,6 @@ TEST(CudaRuntime, availabilityAnswersWithAReason)
   if (!ok)
     EXPECT_FALSE(why.empty());
   EXPECT_EQ(cuda::cudaAvailable(nullptr), ok);
-}
-
-TEST(CudaRuntime, summarizeUsesNearestRank)
-{
-  std::vector<double> s(11);
-  std::iota(s.begin(), s.end(), 0.0);  // 0..10, shuffled below
-  std::swap(s[0], s[7]);
-  std::swap(s[3], s[10]);
-  cuda::TimingStats const t = cuda::summarize(s);
-  EXPECT_EQ(t.samples, 11);
-  EXPECT_DOUBLE_EQ(t.median_ms, 5.0);
-  EXPECT_DOUBLE_EQ(t.p10_ms, 1.0);
-  EXPECT_DOUBLE_EQ(t.p90_ms, 9.0);
-  EXPECT_DOUBLE_EQ(t.min_ms, 0.0);
 }
 
 TEST(CudaRuntime, deviceBufferRoundTrip)
@@ -74,11 +63,11 @@ TEST(CudaRuntime, timedReplaysArePositive)
   cuda::DeviceBuffer<uint8_t> b(size_t(1) << 24);
   cuda::Graph g = cuda::Graph::capture(stream.get(), [&] { b.fillBytes(3, stream.get()); });
   cuda::L2Flusher flusher(size_t(1) << 22);
-  cuda::TimingStats const t = cuda::timeGraph(g, stream.get(), 9, 2, &flusher);
-  EXPECT_EQ(t.samples, 9);
-  EXPECT_GT(t.median_ms, 0.0);
-  EXPECT_LE(t.p10_ms, t.median_ms);
-  EXPECT_LE(t.median_ms, t.p90_ms);
+  Summary const t = cuda::timeGraph(g, stream.get(), 9, 2, &flusher);
+  EXPECT_EQ(t.n, 9u);
+  EXPECT_GT(t.median, 0.0);
+  EXPECT_LE(t.p10, t.median);
+  EXPECT_LE(t.median, t.p90);
   EXPECT_FALSE(cuda::deviceInfo(0).summary().empty());
 }
 

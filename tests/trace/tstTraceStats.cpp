@@ -6,7 +6,7 @@
 
 namespace canopy::test
 {
-TEST(TraceStats, percentilesAreNearestRank)
+TEST(TraceStats, percentilesInterpolateBetweenRanks)
 {
   std::vector<int64_t> v;
   for (int64_t i = 100; i >= 1; --i)
@@ -15,9 +15,10 @@ TEST(TraceStats, percentilesAreNearestRank)
   EXPECT_EQ(d.count, 100);
   EXPECT_DOUBLE_EQ(d.mean, 50.5);
   EXPECT_EQ(d.min, 1);
-  EXPECT_EQ(d.p10, 10);
-  EXPECT_EQ(d.p50, 50);
-  EXPECT_EQ(d.p90, 90);
+  // Positions q (n - 1) = 9.9, 49.5, 89.1 of 1..100: the project's one quantile definition.
+  EXPECT_DOUBLE_EQ(d.p10, 10.9);
+  EXPECT_DOUBLE_EQ(d.p50, 50.5);
+  EXPECT_DOUBLE_EQ(d.p90, 90.1);
   EXPECT_EQ(d.max, 100);
   EXPECT_EQ(summarize({}).count, 0);
 }

@@ -1,5 +1,8 @@
 /// \file canopy_Statistics.hpp
-/// \brief Order statistics of timing samples (median, p10, p90) with linear interpolation.
+/// \brief The one definition of order statistics in Canopy: the q-quantile of n sorted samples is
+/// linear between the closest ranks at position q (n - 1) (numpy's default, Hyndman-Fan type 7).
+/// Every median, p10 and p90 the project reports (canopy run, the microbenchmarks, the PyTorch
+/// peer, trace statistics) is computed this way.
 #pragma once
 
 #include <algorithm>

@@ -3,6 +3,7 @@
 /// designs may use, measured on the GPU at hand, next to the cuBLAS GEMM peak (which on Hopper uses
 /// wgmma, an instruction the sm_120 designs may not use). The bound that a design of the sm_120
 /// instruction set can approach on an H200 is the mma.sync one, so the tables report both.
+#include "canopy_GpuLabKernels.hpp"
 #include "canopy_VerifyAttentionKernel.cuh"  // the PTX wrappers the designs use
 
 #include <cuda_runtime.h>

@@ -1,7 +1,7 @@
 /// \file canopy_CudaFill.cu
 /// \brief Device-side random bf16 fill (benchmark pools and GEMM operands: gigabytes that would take
 /// seconds to generate on the host and to upload).
-#include "canopy_VerifyAttentionCuda.hpp"
+#include "canopy_GpuLabKernels.hpp"
 
 #include <cuda_bf16.h>
 

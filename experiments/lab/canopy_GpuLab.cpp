@@ -1,0 +1,170 @@
+#include "canopy_GpuLab.hpp"
+
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+namespace canopy::cuda
+{
+L2Flusher::L2Flusher(size_t bytes)
+{
+  if (bytes == 0)
+  {
+    int dev = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    bytes = 2 * std::max<size_t>(deviceInfo(dev).l2_bytes, size_t(1) << 20);
+  }
+  _buffer.resize(bytes);
+}
+
+void L2Flusher::flush(cudaStream_t stream)
+{
+  _value = (_value + 1) & 0xff;  // a new value each time: no chance of a skipped identical write
+  _buffer.fillBytes(_value, stream);
+}
+
+namespace
+{
+/// Times \p reps calls of \p launch, one event pair around each, after \p before (untimed, e.g. an
+/// L2 flush); one synchronisation at the end. Shared by the graph timing and the peak measurements.
+template <class Before, class Launch>
+Summary timeLaunches(cudaStream_t stream, int reps, char const *what, Before &&before, Launch &&launch)
+{
+  std::vector<Event> start(reps), stop(reps);
+  for (int i = 0; i < reps; ++i)
+  {
+    before();
+    start[i].record(stream);
+    launch();
+    stop[i].record(stream);
+  }
+  check(cudaStreamSynchronize(stream), (std::string("cudaStreamSynchronize (") + what + ")").c_str());
+  std::vector<double> ms(reps);
+  for (int i = 0; i < reps; ++i)
+    ms[i] = stop[i].elapsedMsSince(start[i]);
+  return summarize(ms);
+}
+
+/// Median milliseconds of \p reps timed calls of \p launch (the peak measurements).
+template <class Launch>
+double medianLaunchMs(cudaStream_t stream, int reps, char const *what, Launch &&launch)
+{
+  return timeLaunches(stream, reps, what, [] {}, launch).median;
+}
+
+void checkBlas(cublasStatus_t s, char const *what)
+{
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw RuntimeFailure(std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(s)));
+}
+} // namespace
+
+Summary timeGraph(Graph const &graph, cudaStream_t stream, int samples, int warmup, L2Flusher *flusher)
+{
+  for (int i = 0; i < warmup; ++i)
+    graph.replay(stream);
+  return timeLaunches(
+      stream, samples, "timeGraph",
+      [&] {
+        if (flusher)
+          flusher->flush(stream);
+      },
+      [&] { graph.replay(stream); });
+}
+
+double measureBf16GemmFlops(cudaStream_t stream, int n, int reps)
+{
+  size_t const elems = static_cast<size_t>(n) * n;
+  DeviceBuffer<uint16_t> a(elems), b(elems), c(elems);
+  // Random operands: zeros run measurably faster on the tensor cores than real data.
+  check(fillRandomBf16(a.data(), elems, 11, 1.f, stream), "fillRandomBf16");
+  check(fillRandomBf16(b.data(), elems, 12, 1.f, stream), "fillRandomBf16");
+  cublasHandle_t handle = nullptr;
+  checkBlas(cublasCreate(&handle), "cublasCreate");
+  struct Guard
+  {
+    cublasHandle_t h;
+    ~Guard() { cublasDestroy(h); }
+  } guard{handle};
+  checkBlas(cublasSetStream(handle, stream), "cublasSetStream");
+  float const alpha = 1.f, beta = 0.f;
+  auto gemm = [&] {
+    checkBlas(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.data(), CUDA_R_16BF, n, b.data(),
+                           CUDA_R_16BF, n, &beta, c.data(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              "cublasGemmEx");
+  };
+  for (int i = 0; i < 3; ++i)
+    gemm();
+  double const med = medianLaunchMs(stream, reps, "gemm peak", gemm);
+  return 2.0 * n * static_cast<double>(n) * n / (med * 1e-3);
+}
+
+double measureCopyBandwidth(cudaStream_t stream, size_t bytes, int reps)
+{
+  DeviceBuffer<uint8_t> src(bytes), dst(bytes);
+  src.fillBytes(1, stream);
+  auto copy = [&] {
+    check(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync D2D");
+  };
+  for (int i = 0; i < 2; ++i)
+    copy();
+  return 2.0 * static_cast<double>(bytes) / (medianLaunchMs(stream, reps, "copy peak", copy) * 1e-3);
+}
+
+double measureMmaSyncFlops(cudaStream_t stream, MmaFeed feed, int warps_per_sm, double seconds, int reps)
+{
+  DeviceInfo const dev = deviceInfo();
+  int const blocks = 4 * dev.sm_count;
+  // More than half the SM's shared memory keeps one block per SM, so warps_per_sm is exact.
+  size_t const smem = std::max(mmaSyncPeakSharedBytes(feed), dev.smem_per_sm / 2 + 1024);
+  if (smem > dev.smem_per_block_optin)
+    throw RuntimeFailure("measureMmaSyncFlops: cannot pin one block per SM on this device");
+  DeviceBuffer<float> sink(static_cast<size_t>(blocks) * 32 * warps_per_sm);
+  // Iterations sized for about `seconds` at an assumed 500 TFLOP/s (the exact rate is measured).
+  int64_t const per_iter = mmaSyncPeakFlops(feed, blocks, warps_per_sm, 1);
+  int const iters = static_cast<int>(std::max<int64_t>(1, static_cast<int64_t>(seconds * 5e14 / per_iter)));
+  auto launch = [&] { check(launchMmaSyncPeak(feed, blocks, warps_per_sm, iters, smem, sink.data(), stream), "launchMmaSyncPeak"); };
+  launch();
+  return static_cast<double>(mmaSyncPeakFlops(feed, blocks, warps_per_sm, iters)) /
+         (medianLaunchMs(stream, reps, "mma.sync peak", launch) * 1e-3);
+}
+
+Peaks measurePeaks(cudaStream_t stream, int gemm_n, size_t copy_bytes, bool quick)
+{
+  Peaks p;
+  p.gemm_n = gemm_n;
+  p.copy_bytes = copy_bytes;
+  p.bf16_flops = measureBf16GemmFlops(stream, gemm_n);
+  p.copy_bytes_per_s = measureCopyBandwidth(stream, copy_bytes);
+  double const sec = quick ? 2e-4 : 5e-3;
+  for (int w : {8, 16, 32})
+  {
+    double const f = measureMmaSyncFlops(stream, MmaFeed::kRegisters, w, sec);
+    if (f > p.mma_sync_flops)
+      p.mma_sync_flops = f, p.mma_sync_warps_per_sm = w;
+  }
+  p.mma_ldmatrix_flops = measureMmaSyncFlops(stream, MmaFeed::kLdmatrix, 8, sec);
+  p.mma_ldmatrix_wide_flops = measureMmaSyncFlops(stream, MmaFeed::kLdmatrixWide, 8, sec);
+  return p;
+}
+
+std::string Peaks::describe() const
+{
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "bf16 GEMM %.1f TFLOP/s (cuBLAS %dx%dx%d, random data, median of 10); D2D copy %.2f TB/s (%.1f GB, "
+                "read + write, median of 10); mma.sync bf16 %.1f TFLOP/s (registers, %d warps/SM, median of 5), "
+                "%.1f TFLOP/s fed by ldmatrix.x4 per 2 mma and %.1f per 4 mma at 8 warps/SM",
+                bf16_flops * 1e-12, gemm_n, gemm_n, gemm_n, copy_bytes_per_s * 1e-12, copy_bytes / 1e9,
+                mma_sync_flops * 1e-12, mma_sync_warps_per_sm, mma_ldmatrix_flops * 1e-12,
+                mma_ldmatrix_wide_flops * 1e-12);
+  return buf;
+}
+void fillRandomValues(CudaBatchStorage &s, uint64_t seed, float q_scale, float kv_scale)
+{
+  check(fillRandomBf16(s.queryData(), s.queryElements(), seed * 2 + 1, q_scale, s.stream()), "fillRandomBf16 (q)");
+  check(fillRandomBf16(s.poolData(), s.poolElements(), seed * 2 + 2, kv_scale, s.stream()), "fillRandomBf16 (kv pool)");
+}
+} // namespace canopy::cuda

@@ -1,0 +1,75 @@
+/// \file canopy_GpuLab.hpp
+/// \brief Measuring tools for the GPU (not part of any design): device-side random fills, the L2
+/// flusher, timed graph replays, and the peak probes the roofline uses (cuBLAS bf16 GEMM, device
+/// copy, mma.sync with three operand feeds). Linked by the replay engine, the benchmarks and the
+/// GPU tests; the designs' library links none of it (and no cuBLAS).
+#pragma once
+
+#include "canopy_CudaBatchStorage.hpp"
+#include "canopy_CudaRuntime.hpp"
+#include "canopy_GpuLabKernels.hpp"
+#include "canopy_Statistics.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace canopy::cuda
+{
+/// \brief Fills a storage's q rows in use and its whole KV pool with seeded random bf16 on the
+/// device, for benchmark-sized pools that would take seconds on the host. Call after setMetadata.
+void fillRandomValues(CudaBatchStorage &storage, uint64_t seed, float q_scale = 1.f, float kv_scale = 1.f);
+
+/// \brief Evicts the L2 between timed samples by writing a buffer of twice the L2 size (a memset:
+/// the written lines displace everything the timed work left in L2).
+class L2Flusher
+{
+public:
+  /// \param bytes buffer size; 0 = 2 x the current device's L2
+  explicit L2Flusher(size_t bytes = 0);
+  void flush(cudaStream_t stream);
+  size_t bytes() const { return _buffer.bytes(); }
+
+private:
+  DeviceBuffer<uint8_t> _buffer;
+  int _value = 0;
+};
+
+/// \brief Times \p samples replays of \p graph, one event pair around each replay, with the L2
+/// flushed (outside the events) before each one when \p flusher is given, after \p warmup
+/// untimed replays. Synchronises \p stream once at the end. Milliseconds, canopy_Statistics.hpp's
+/// quantiles.
+Summary timeGraph(Graph const &graph, cudaStream_t stream, int samples, int warmup, L2Flusher *flusher);
+
+/// \brief Peaks measured on this device, in this run, for the roofline bound (docs/design.md §1).
+struct Peaks
+{
+  double bf16_flops = 0;       ///< dense bf16 GEMM, FLOP/s (cuBLAS, fp32 accumulation, random data)
+  double copy_bytes_per_s = 0; ///< device-to-device copy, bytes read + written per second
+  /// mma.sync m16n8k16 bf16 from registers, best of 8, 16 and 32 warps per SM: the instruction
+  /// rate an sm_120-instruction-set design can approach on this GPU. On sm_90 the GEMM peak comes
+  /// from wgmma, so the two differ there.
+  double mma_sync_flops = 0;
+  int mma_sync_warps_per_sm = 0;  ///< where mma_sync_flops was measured
+  /// The same instruction fed by one ldmatrix.x4 per two mma at 8 warps per SM (cuda-sm120's Q.K^T
+  /// inner loop and occupancy, with nothing around it).
+  double mma_ldmatrix_flops = 0;
+  /// The same with one ldmatrix.x4 per four mma (32 rows per warp), at 8 warps per SM.
+  double mma_ldmatrix_wide_flops = 0;
+  int gemm_n = 0;
+  size_t copy_bytes = 0;
+  std::string describe() const;
+};
+
+/// \brief Median of \p reps timed n x n x n bf16 GEMMs (cuBLAS, random operands, fp32 accumulate).
+double measureBf16GemmFlops(cudaStream_t stream, int n = 8192, int reps = 10);
+/// \brief Median of \p reps timed cudaMemcpyAsync D2D of \p bytes; counts read + write bytes.
+double measureCopyBandwidth(cudaStream_t stream, size_t bytes = size_t(2) << 30, int reps = 10);
+/// \brief Median of \p reps timed launchMmaSyncPeak calls at \p warps_per_sm warps per SM (one
+/// block per SM, pinned by its shared-memory request; 4 waves), in FLOP/s.
+double measureMmaSyncFlops(cudaStream_t stream, MmaFeed feed, int warps_per_sm, double seconds = 5e-3, int reps = 5);
+/// \brief All of the above; \p quick shrinks the GEMM, the copy and the mma runs (smoke tests).
+Peaks measurePeaks(cudaStream_t stream, int gemm_n = 8192, size_t copy_bytes = size_t(2) << 30, bool quick = false);
+} // namespace canopy::cuda
