@@ -11,10 +11,16 @@ namespace canopy
 struct Cost
 {
   double flops = 0;      ///< sum_b 2 H T_b (P_b + T_b) (576 + 512): tree part counted dense
-  double bytes_min = 0;  ///< KV rows once + q + out + mask bytes read
+  double bytes_min = 0;  ///< what the semantics make any kernel read or write once (see costOf)
   double intensity() const { return bytes_min > 0 ? flops / bytes_min : 0; }
 };
 
+/// \brief FLOPs and minimum traffic of a batch. The minimum counts what the semantics require, each
+/// once: every visible KV row (1152 B; V is its first 512 columns, the same bytes) and its 8-byte
+/// slot index, q read and out written (1152 + 1024 B per node and head), and the tree's visibility:
+/// the T x T tree columns of the mask for the full and tree layouts (the prefix columns of a full
+/// mask are 1 by definition, and no kernel needs to read them), 4 B of parent per node for the
+/// parents layout. Offsets (indptr arrays) are left out: a few bytes per request.
 inline Cost costOf(BatchMetadata const &m, int num_heads)
 {
   Cost c;
@@ -24,12 +30,10 @@ inline Cost costOf(BatchMetadata const &m, int num_heads)
     c.flops += 2.0 * num_heads * T * (P + T) * (D_QK + D_V);
     if (T == 0)
       continue;
-    c.bytes_min += (P + T) * D_QK * 2.0;                 // each KV row once (K and V share it)
+    c.bytes_min += (P + T) * (D_QK * 2.0 + 8.0);          // each KV row once (K and V share it) + its slot
     c.bytes_min += T * num_heads * (D_QK + D_V) * 2.0;   // q read + out written
+    c.bytes_min += m.mask_layout == MaskLayout::kParents ? 4.0 * T : T * T;  // the tree's visibility
   }
-  c.bytes_min += static_cast<double>(m.custom_mask.size());
-  if (m.mask_layout == MaskLayout::kParents)
-    c.bytes_min += 4.0 * static_cast<double>(m.tree_parent.size());
   return c;
 }
 

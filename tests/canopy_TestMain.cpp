@@ -3,6 +3,7 @@
 /// when the tests are only listed (ctest's discovery at build time): listing needs no device, so a
 /// CUDA Kokkos build discovers its tests on a machine without a GPU.
 #include "canopy_Runtime.hpp"
+#include "canopy_TestSeed.hpp"
 
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 int main(int argc, char **argv)
 {
   ::testing::InitGoogleTest(&argc, argv);
+  ::testing::UnitTest::GetInstance()->listeners().Append(new canopy::test::SeedReporter);
   std::unique_ptr<canopy::RuntimeGuard> guard;
   if (!::testing::GTEST_FLAG(list_tests))
     guard = std::make_unique<canopy::RuntimeGuard>(argc, argv);

@@ -3,10 +3,12 @@
 #pragma once
 
 #include "canopy_Generator.hpp"
+#include "canopy_TestSeed.hpp"
 
 namespace canopy::test
 {
-/// \brief A seeded DDTree-like problem (fragmented slots, random bf16) of the given shape.
+/// \brief A seeded DDTree-like problem (fragmented slots, random bf16) of the given shape; \p seed
+/// goes through testSeed (CANOPY_TEST_SEED shifts it).
 inline HostProblem problemOf(int batch, int heads, int tree, int64_t prefix, MaskLayout mask, uint64_t seed,
                              bool ragged = false, int padded = 0)
 {
@@ -16,7 +18,7 @@ inline HostProblem problemOf(int batch, int heads, int tree, int64_t prefix, Mas
   g.tree_size = tree;
   g.prefix_len = prefix;
   g.mask_layout = mask;
-  g.seed = seed;
+  g.seed = testSeed(seed);
   g.ragged = ragged;
   g.padded_rows = padded;
   return generateProblem(g);

@@ -94,7 +94,12 @@ void CudaBatchStorage::poisonOutput() { _out.fillBytes(0xff, _stream.get()); }
 
 std::vector<uint16_t> CudaBatchStorage::downloadOutput()
 {
-  size_t const count = static_cast<size_t>(std::max<int64_t>(_meta.num_nodes, 0)) * _cap.num_heads * D_V;
+  return downloadOutputRows(std::max<int64_t>(_meta.num_nodes, 0));
+}
+
+std::vector<uint16_t> CudaBatchStorage::downloadOutputRows(int64_t nodes)
+{
+  size_t const count = static_cast<size_t>(std::min<int64_t>(nodes, _cap.max_nodes)) * _cap.num_heads * D_V;
   std::vector<uint16_t> host(count);
   _out.download(host.data(), count, _stream.get());
   _stream.sync();

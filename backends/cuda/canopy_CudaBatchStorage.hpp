@@ -23,6 +23,9 @@ public:
   /// \brief Every output byte 0xff (a bf16 NaN), so unwritten elements are detected.
   void poisonOutput() override;
   std::vector<uint16_t> downloadOutput() override;
+  /// \brief The first \p nodes node rows of the output buffer (up to its capacity), used or not:
+  /// lets a test check that rows past the batch (padding) were left alone.
+  std::vector<uint16_t> downloadOutputRows(int64_t nodes);
   BatchRef ref() const override;
   ExecContext context() const override { return {static_cast<void *>(_stream.get())}; }
   void sync() override { _stream.sync(); }

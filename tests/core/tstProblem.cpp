@@ -123,8 +123,15 @@ TEST(CostModel, knownShape)
   HostProblem const p = generateProblem(g);
   Cost const c = costOf(p.meta, 8);
   EXPECT_DOUBLE_EQ(c.flops, 2.0 * 8 * 33 * 4129 * 1088);
-  double const bytes = 4129.0 * 1152 + 33.0 * 8 * (576 + 512) * 2 + 33.0 * 33;
+  // KV rows and their slot indices, q and out, the 33 x 33 tree mask.
+  double const bytes = 4129.0 * (1152 + 8) + 33.0 * 8 * (576 + 512) * 2 + 33.0 * 33;
   EXPECT_DOUBLE_EQ(c.bytes_min, bytes);
+  // A full mask costs the same: its prefix columns are 1 by definition and need no reading.
+  g.mask_layout = MaskLayout::kFull;
+  EXPECT_DOUBLE_EQ(costOf(generateProblem(g).meta, 8).bytes_min, bytes);
+  // The parents layout reads 4 bytes per node instead of the mask.
+  g.mask_layout = MaskLayout::kParents;
+  EXPECT_DOUBLE_EQ(costOf(generateProblem(g).meta, 8).bytes_min, bytes - 33.0 * 33 + 4.0 * 33);
   // "about 1.89 H T FLOP/byte" (docs/design.md §1) ignores q and out bytes, which lower it a little.
   EXPECT_GT(c.intensity(), 0.85 * 1.89 * 8 * 33);
   EXPECT_LT(c.intensity(), 1.89 * 8 * 33);
