@@ -2,14 +2,21 @@
 /// \brief Subcommands of the `canopy` command line; each lives in its own file and registers itself here.
 #pragma once
 
+#include "canopy_Results.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string>
 
 namespace canopy::cli
 {
 /// A subcommand's action; returns the process exit code (0 ok, 1 check failed, 2 bad input).
 using Action = std::function<int()>;
+
+/// \brief Writes \p results into \p dir, prints the Markdown table and "<what> <dir>/{...}", and
+/// returns the exit code: 1 when a row FAILED its check, else 0.
+int writeAndReport(ResultSet const &results, std::string const &dir, std::string const &what);
 
 /// \brief Adds `canopy check` (designs vs the fp64 reference on a generated problem or a trace).
 void addCheckCommand(CLI::App &app, Action &action);

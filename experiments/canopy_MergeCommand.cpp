@@ -39,13 +39,7 @@ int runMerge(MergeFlags const &f)
   MergeOptions opt;
   opt.allow_mixed_devices = f.allow_mixed_devices;
   ResultSet const merged = mergeShards(shards, opt);  // every check before anything is written
-  writeResults(merged, f.out);
-  std::cout << toMarkdownTable(merged) << "\n";
-  std::cout << "merged " << shards.size() << " shards into " << f.out << "/{results.json,results.csv,table.md,table.tex}\n";
-  for (auto const &r : merged.rows)
-    if (r.status == "FAILED")
-      return 1;
-  return 0;
+  return writeAndReport(merged, f.out, "merged " + std::to_string(shards.size()) + " shards into");
 }
 } // namespace
 

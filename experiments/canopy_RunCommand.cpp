@@ -3,6 +3,7 @@
 #include "canopy_Commands.hpp"
 #include "canopy_Error.hpp"
 #include "canopy_ExperimentConfig.hpp"
+#include "canopy_Merge.hpp"
 #include "canopy_ReplayEngine.hpp"
 #include "canopy_Results.hpp"
 
@@ -28,23 +29,11 @@ struct RunFlags
 /// "K/N" with 0 <= K < N; InputError naming the flag otherwise.
 std::pair<int, int> parseShard(std::string const &s)
 {
-  size_t const slash = s.find('/');
-  try
-  {
-    if (slash != std::string::npos && slash > 0)
-    {
-      size_t a = 0, b = 0;
-      int const k = std::stoi(s.substr(0, slash), &a);
-      int const n = std::stoi(s.substr(slash + 1), &b);
-      if (a == slash && b == s.size() - slash - 1 && n >= 1 && k >= 0 && k < n)
-        return {k, n};
-    }
-  }
-  catch (std::exception const &)
-  {
-  }
-  throw InputError("--shard: expected K/N with 0 <= K < N (e.g. 0/3, as $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT), got \"" +
-                   s + "\"");
+  int k = 0, n = 0;
+  if (!parseShardSpec(s, k, n))
+    throw InputError("--shard: expected K/N with 0 <= K < N (e.g. 0/3, as $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT), got \"" +
+                     s + "\"");
+  return {k, n};
 }
 
 /// Progress on stderr only when it is a terminal: logs and CI stay clean.
@@ -78,15 +67,20 @@ int runRun(RunFlags const &f)
     std::tie(cfg.shard_index, cfg.shard_count) = parseShard(f.shard);
   auto progress = std::make_shared<ProgressLine>(cfg.progress && !f.quiet);
   ResultSet const rs = runExperiment(cfg, [progress](int64_t d, int64_t t) { (*progress)(d, t); });
-  writeResults(rs, cfg.out_dir);
-  std::cout << toMarkdownTable(rs) << "\n";
-  std::cout << "wrote " << cfg.out_dir << "/{results.json,results.csv,table.md,table.tex}\n";
-  for (auto const &r : rs.rows)
+  return writeAndReport(rs, cfg.out_dir, "wrote");
+}
+} // namespace
+
+int writeAndReport(ResultSet const &results, std::string const &dir, std::string const &what)
+{
+  writeResults(results, dir);
+  std::cout << toMarkdownTable(results) << "\n";
+  std::cout << what << " " << dir << "/{results.json,results.csv,table.md,table.tex}\n";
+  for (auto const &r : results.rows)
     if (r.status == "FAILED")
       return 1;
   return 0;
 }
-} // namespace
 
 void addRunCommand(CLI::App &app, Action &action)
 {

@@ -8,6 +8,28 @@
 
 namespace canopy
 {
+bool parseShardSpec(std::string const &text, int &index, int &count)
+{
+  size_t const slash = text.find('/');
+  if (slash == std::string::npos || slash == 0)
+    return false;
+  try
+  {
+    size_t a = 0, b = 0;
+    int const k = std::stoi(text.substr(0, slash), &a);
+    int const n = std::stoi(text.substr(slash + 1), &b);
+    if (a != slash || b != text.size() - slash - 1 || n < 1 || k < 0 || k >= n)
+      return false;
+    index = k;
+    count = n;
+    return true;
+  }
+  catch (std::exception const &)
+  {
+    return false;
+  }
+}
+
 namespace
 {
 std::string envOf(ShardResults const &s, std::string const &key)
@@ -20,22 +42,10 @@ std::string envOf(ShardResults const &s, std::string const &key)
 std::pair<int, int> shardId(ShardResults const &s)
 {
   std::string const v = envOf(s, "shard");
-  size_t const slash = v.find('/');
-  try
-  {
-    if (slash != std::string::npos)
-    {
-      size_t a = 0, b = 0;
-      int const k = std::stoi(v.substr(0, slash), &a);
-      int const n = std::stoi(v.substr(slash + 1), &b);
-      if (a == slash && b == v.size() - slash - 1 && n >= 1 && k >= 0 && k < n)
-        return {k, n};
-    }
-  }
-  catch (std::exception const &)
-  {
-  }
-  throw InputError(s.source + ": environment.shard is \"" + v + "\", expected K/N (results of canopy run --shard K/N)");
+  int k = 0, n = 0;
+  if (!parseShardSpec(v, k, n))
+    throw InputError(s.source + ": environment.shard is \"" + v + "\", expected K/N (results of canopy run --shard K/N)");
+  return {k, n};
 }
 } // namespace
 

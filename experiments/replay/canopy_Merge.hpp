@@ -10,6 +10,9 @@
 
 namespace canopy
 {
+/// \brief Parses "K/N" (0 <= K < N): the --shard flag and the `shard` entry of a shard's environment.
+bool parseShardSpec(std::string const &text, int &index, int &count);
+
 /// \brief A shard's results and where they came from (named in error messages).
 struct ShardResults
 {
