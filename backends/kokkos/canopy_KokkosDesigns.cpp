@@ -16,9 +16,8 @@
 
 #include <Kokkos_Core.hpp>
 
-#include <optional>
-
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace canopy
