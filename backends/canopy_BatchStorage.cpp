@@ -19,7 +19,7 @@ class KokkosBatchStorage final : public BatchStorage
 {
 public:
   explicit KokkosBatchStorage(BatchCapacity const &cap) : _batch(cap) {}
-  void setMetadata(BatchMetadata const &meta, ModelShape const &shape) override { _batch.setMetadata(meta, shape); }
+  BatchCapacity const &capacity() const override { return _batch.capacity(); }
   void uploadQueries(std::vector<uint16_t> const &q) override { _batch.uploadQueries(q); }
   void uploadPool(std::vector<uint16_t> const &pool) override { _batch.uploadPool(pool); }
   void poisonOutput() override { _batch.poisonOutput(); }
@@ -30,6 +30,9 @@ public:
   }
   BatchRef ref() const override { return _batch.ref(); }
   void sync() override { Kokkos::fence(); }
+
+protected:
+  void storeMetadata(BatchMetadata const &meta, ModelShape const &shape) override { _batch.setMetadata(meta, shape); }
 
 private:
   VerifyBatch<MemorySpace> _batch;

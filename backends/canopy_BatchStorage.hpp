@@ -17,8 +17,15 @@ class BatchStorage
 {
 public:
   virtual ~BatchStorage() = default;
-  /// \brief Metadata into the static buffers (what a graph runner copies before each replay).
-  virtual void setMetadata(BatchMetadata const &meta, ModelShape const &shape) = 0;
+  /// \brief Metadata into the static buffers (what a graph runner copies before each replay), after
+  /// validateMetadata against the pool: the library's entry point checks with the same rules and
+  /// messages as the trace reader (canopy_Rules.hpp). InputError names the buffer and first bad index.
+  void setMetadata(BatchMetadata const &meta, ModelShape const &shape)
+  {
+    validateMetadata(meta, capacity().num_slots);
+    storeMetadata(meta, shape);
+  }
+  virtual BatchCapacity const &capacity() const = 0;
   /// \brief q rows of the current step (after setMetadata).
   virtual void uploadQueries(std::vector<uint16_t> const &q) = 0;
   /// \brief The KV pool ([num_slots][576] bf16 bits), once when every step shares it.
@@ -37,6 +44,10 @@ public:
   virtual ExecContext context() const { return {}; }
   /// \brief Waits for work enqueued on context().
   virtual void sync() {}
+
+protected:
+  /// \brief Copies valid metadata into the buffers (checked against the capacity there).
+  virtual void storeMetadata(BatchMetadata const &meta, ModelShape const &shape) = 0;
 };
 
 /// \brief Whether memory of \p kind can be used on this machine (a CUDA build on a host without a

@@ -3,6 +3,7 @@
 #include "canopy_Bf16.hpp"
 #include "canopy_Error.hpp"
 #include "canopy_Random.hpp"
+#include "canopy_Rules.hpp"
 #include "canopy_Tree.hpp"
 
 #include <algorithm>
@@ -73,11 +74,15 @@ void checkOffsets(std::vector<T> const &off, size_t expected_size, int64_t total
 {
   if (off.size() != expected_size)
     throw InputError(name + ": has " + std::to_string(off.size()) + " entries, expected " + std::to_string(expected_size));
-  if (off.empty() || off[0] != 0)
-    throw InputError(name + ": entry 0 must be 0");
-  for (size_t i = 1; i < off.size(); ++i)
-    if (off[i] < off[i - 1])
-      throw InputError(name + ": not monotone at index " + std::to_string(i));
+  if (off.empty())
+    throw InputError(name + ": is empty (needs at least the leading 0)");
+  for (size_t i = 0; i < off.size(); ++i)
+  {
+    std::string const problem =
+        rules::offsetProblem(static_cast<int64_t>(i), off[i], i ? static_cast<int64_t>(off[i - 1]) : 0);
+    if (!problem.empty())
+      throw InputError(name + ": " + problem);
+  }
   if (static_cast<int64_t>(off.back()) != total)
     throw InputError(name + ": last entry " + std::to_string(off.back()) + " does not match the buffer length " +
                      std::to_string(total));
@@ -95,14 +100,16 @@ void validateMetadata(BatchMetadata const &meta, int64_t num_slots)
   if (meta.tree_parent.size() != meta.out_cache_loc.size())
     throw InputError("tree_parent: has " + std::to_string(meta.tree_parent.size()) + " entries, expected " +
                      std::to_string(meta.out_cache_loc.size()));
-  for (size_t i = 0; i < meta.kv_indices.size(); ++i)
-    if (meta.kv_indices[i] < 0 || meta.kv_indices[i] >= num_slots)
-      throw InputError("kv_indices: index " + std::to_string(i) + " holds slot " + std::to_string(meta.kv_indices[i]) +
-                       ", outside the pool of " + std::to_string(num_slots));
-  for (size_t i = 0; i < meta.out_cache_loc.size(); ++i)
-    if (meta.out_cache_loc[i] < 0 || meta.out_cache_loc[i] >= num_slots)
-      throw InputError("out_cache_loc: index " + std::to_string(i) + " holds slot " +
-                       std::to_string(meta.out_cache_loc[i]) + ", outside the pool of " + std::to_string(num_slots));
+  auto slots = [&](std::vector<int64_t> const &v, char const *name) {
+    for (size_t i = 0; i < v.size(); ++i)
+    {
+      std::string const problem = rules::slotProblem(v[i], num_slots);
+      if (!problem.empty())
+        throw InputError(std::string(name) + ": index " + std::to_string(i) + " " + problem);
+    }
+  };
+  slots(meta.kv_indices, "kv_indices");
+  slots(meta.out_cache_loc, "out_cache_loc");
   for (int b = 0; b < meta.batchSize(); ++b)
   {
     int64_t const t = meta.treeSize(b);

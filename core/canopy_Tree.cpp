@@ -1,5 +1,7 @@
 #include "canopy_Tree.hpp"
 
+#include "canopy_Rules.hpp"
+
 #include "canopy_Error.hpp"
 
 namespace canopy
@@ -30,14 +32,9 @@ void validateTree(int32_t const *parent, int64_t size, std::string const &what)
 {
   for (int64_t i = 0; i < size; ++i)
   {
-    int32_t const p = parent[i];
-    if (i == 0 && p != -1)
-      throw InputError(what + ": node 0 must be the root (parent -1), has parent " + std::to_string(p));
-    if (i > 0 && p == -1)
-      throw InputError(what + ": node " + std::to_string(i) + " is a second root (parent -1); only node 0 may be a root");
-    if (i > 0 && (p < 0 || p >= i))
-      throw InputError(what + ": node " + std::to_string(i) + " has parent " + std::to_string(p) +
-                       " (must satisfy 0 <= parent < " + std::to_string(i) + ")");
+    std::string const problem = rules::parentProblem(i, parent[i]);
+    if (!problem.empty())
+      throw InputError(what + ": " + problem);
   }
 }
 

@@ -38,7 +38,7 @@ CudaBatchStorage::CudaBatchStorage(BatchCapacity const &cap) : _cap(cap)
   _mask_indptr.fillBytes(0, _stream.get());
 }
 
-void CudaBatchStorage::setMetadata(BatchMetadata const &m, ModelShape const &shape)
+void CudaBatchStorage::storeMetadata(BatchMetadata const &m, ModelShape const &shape)
 {
   auto over = [](char const *what, int64_t need, int64_t have) {
     if (need > have)

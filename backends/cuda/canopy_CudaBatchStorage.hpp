@@ -16,7 +16,7 @@ public:
   /// \brief Metadata into the static buffers with cudaMemcpyAsync on stream() (a graph runner's
   /// copy before each replay; capture-unsafe itself, so it is never called under capture).
   /// Throws InputError when the step exceeds the capacity.
-  void setMetadata(BatchMetadata const &meta, ModelShape const &shape) override;
+  BatchCapacity const &capacity() const override { return _cap; }
   /// \brief q rows and the KV pool (sizes checked against the capacity), ordered on stream().
   void uploadQueries(std::vector<uint16_t> const &q) override;
   void uploadPool(std::vector<uint16_t> const &kv_pool) override;
@@ -31,13 +31,15 @@ public:
   void sync() override { _stream.sync(); }
 
   cudaStream_t stream() const { return _stream.get(); }
-  BatchCapacity const &capacity() const { return _cap; }
   /// \brief The q rows in use (after setMetadata) and the whole KV pool, for device-side fills by
   /// measuring tools (experiments/lab) that would take seconds to generate on the host.
   uint16_t *queryData() { return _q.data(); }
   size_t queryElements() const;
   uint16_t *poolData() { return _kv_pool.data(); }
   size_t poolElements() const { return _kv_pool.size(); }
+
+protected:
+  void storeMetadata(BatchMetadata const &meta, ModelShape const &shape) override;
 
 private:
   BatchCapacity _cap;

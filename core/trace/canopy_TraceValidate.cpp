@@ -2,6 +2,7 @@
 /// \brief validateTraceColumns: every invariant of format v1, in one linear pass per dataset.
 #include "canopy_Bf16.hpp"
 #include "canopy_Error.hpp"
+#include "canopy_Rules.hpp"
 #include "canopy_Trace.hpp"
 
 #include <algorithm>
@@ -39,12 +40,12 @@ void checkOffsets(std::vector<int64_t> const &off, int64_t total, std::string co
 {
   if (off.empty())
     fail(dataset, "is empty (needs at least the leading 0)");
-  if (off[0] != 0)
-    fail(dataset, "index 0 holds " + str(off[0]) + ", must be 0");
-  for (size_t i = 1; i < off.size(); ++i)
-    if (off[i] < off[i - 1])
-      fail(dataset, "index " + str(static_cast<int64_t>(i)) + " holds " + str(off[i]) + ", less than index " +
-                        str(static_cast<int64_t>(i) - 1) + " (" + str(off[i - 1]) + "): offsets must be monotone");
+  for (size_t i = 0; i < off.size(); ++i)
+  {
+    std::string const problem = rules::offsetProblem(static_cast<int64_t>(i), off[i], i ? off[i - 1] : 0);
+    if (!problem.empty())
+      fail(dataset, problem);
+  }
   if (off.back() != total)
     fail(dataset, "index " + str(static_cast<int64_t>(off.size()) - 1) + " (last) holds " + str(off.back()) +
                       ", but " + data_name + " has " + str(total) + " entries");
@@ -131,16 +132,9 @@ void validateTraceColumns(TraceColumns const &c)
     int64_t const t = c.tree_offset[r + 1] - base;
     for (int64_t i = 0; i < t; ++i)
     {
-      int32_t const p = c.parent[base + i];
-      bool const ok = i == 0 ? p == -1 : (p >= 0 && p < i);
-      if (ok)
-        continue;
-      std::string const at = "index " + str(base + i) + " (" + where(step_of_row, r) + ", node " + str(i) + ")";
-      if (i == 0)
-        fail("/tree/parent", at + " is " + str(p) + ": node 0 is the root and must have parent -1");
-      if (p == -1)
-        fail("/tree/parent", at + " is -1: a second root; only node 0 may be a root");
-      fail("/tree/parent", at + " is " + str(p) + ", must satisfy 0 <= parent < " + str(i));
+      std::string const problem = rules::parentProblem(i, c.parent[base + i]);
+      if (!problem.empty())
+        fail("/tree/parent", "index " + str(base + i) + " (" + where(step_of_row, r) + "): " + problem);
     }
   }
 
@@ -151,17 +145,17 @@ void validateTraceColumns(TraceColumns const &c)
   for (int64_t k = 0; k < K; ++k)
   {
     int64_t const slot = c.kv_indices[k];
-    if (slot < 0 || slot >= c.num_slots)
-      fail("/tokens/kv_indices", "index " + str(k) + " holds slot " + str(slot) + ", outside the pool [0, " +
-                                     str(c.num_slots) + ") of /pool num_slots");
+    std::string const problem = rules::slotProblem(slot, c.num_slots);
+    if (!problem.empty())
+      fail("/tokens/kv_indices", "index " + str(k) + " " + problem + " of /pool num_slots");
     max_slot = std::max(max_slot, slot);
   }
   for (int64_t n = 0; n < N; ++n)
   {
     int64_t const slot = c.out_cache_loc[n];
-    if (slot < 0 || slot >= c.num_slots)
-      fail("/tree/out_cache_loc", "index " + str(n) + " holds slot " + str(slot) + ", outside the pool [0, " +
-                                      str(c.num_slots) + ") of /pool num_slots");
+    std::string const problem = rules::slotProblem(slot, c.num_slots);
+    if (!problem.empty())
+      fail("/tree/out_cache_loc", "index " + str(n) + " " + problem + " of /pool num_slots");
     max_slot = std::max(max_slot, slot);
   }
   {

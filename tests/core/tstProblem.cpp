@@ -55,7 +55,7 @@ TEST(Metadata, validationNamesBufferAndIndex)
   expectInvalid(a, 10, "kv_indices: index 1");
   auto b = m;
   b.qo_indptr[1] = 6;
-  expectInvalid(b, 10, "qo_indptr: not monotone at index 2");
+  expectInvalid(b, 10, "qo_indptr: index 2 holds");
   auto c = m;
   c.tree_parent[4] = 1;
   expectInvalid(c, 10, "tree_parent of request 1: node 1 has parent 1");

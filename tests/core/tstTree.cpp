@@ -30,8 +30,8 @@ TEST(Tree, acceptsValidTrees)
   EXPECT_NO_THROW(canopy::validateTree(std::vector<int32_t>{-1, 0, 1, 1, 0, 4}, "branchy"));
 }
 
-TEST(Tree, rejectsRootWithParent) { expectRejected({0, 0}, "node 0 must be the root"); }
-TEST(Tree, rejectsSecondRoot) { expectRejected({-1, 0, -1}, "node 2 is a second root"); }
+TEST(Tree, rejectsRootWithParent) { expectRejected({0, 0}, "node 0 is the root and must have parent -1"); }
+TEST(Tree, rejectsSecondRoot) { expectRejected({-1, 0, -1}, "node 2 has parent -1: a second root"); }
 TEST(Tree, rejectsForwardParent) { expectRejected({-1, 0, 3, 0}, "node 2 has parent 3"); }
 TEST(Tree, rejectsSelfParent) { expectRejected({-1, 1}, "node 1 has parent 1"); }
 TEST(Tree, rejectsOutOfRangeParent) { expectRejected({-1, 0, -7}, "node 2 has parent -7"); }

@@ -1,12 +1,18 @@
 /// \file tstTraceCli.cpp
 /// \brief `canopy trace synth | info | validate` end to end: exit 0 on good input, 2 on a bad file
-/// or config with the culprit named on stderr, never a crash.
+/// or config with the culprit named on stderr, never a crash. And one validation path: a corpus of
+/// malformed batches gives the same reason from the library (BatchStorage::setMetadata), the trace
+/// reader and the command line.
+#include "canopy_BatchStorage.hpp"
+#include "canopy_Rules.hpp"
 #include "canopy_TraceReader.hpp"
 #include "canopy_TraceTestUtil.hpp"
+#include "canopy_TraceWriter.hpp"
 
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <sys/wait.h>
 
@@ -166,5 +172,59 @@ TEST(TraceCli, badConfigsExitTwoNamingTheKey)
   EXPECT_EQ(canopy("trace synth -o " + tempPath("x.h5") + " --steps 0").code, 2);
   EXPECT_EQ(canopy("trace synth -c " + tempPath("nonexistent.toml") + " -o " + tempPath("x.h5")).code, 2);
   EXPECT_EQ(canopy("trace synth --steps 3").code, 2) << "--out is required";
+}
+TEST(ValidationCorpus, sameReasonFromTheLibraryATraceAndTheCommandLine)
+{
+  TraceColumns const good = smallColumns(21);
+  std::string const good_path = tempPath("corpus_good.h5");
+  writeTraceColumns(good_path, good);
+  TraceReader const reader(good_path);
+  int64_t const slots = reader.info().num_slots;
+  // Step 0's first request row: its metadata in the library's form, and its place in the columns.
+  BatchMetadata const meta0 = reader.stepMetadata(0, MaskLayout::kTree);
+  int64_t const row = good.request_offset[0];
+  ASSERT_GE(good.tree_offset[row + 1] - good.tree_offset[row], 3);
+  ASSERT_GE(good.kv_offset[row + 1] - good.kv_offset[row], 2);
+
+  struct Case
+  {
+    char const *name;
+    std::function<void(TraceColumns &)> in_trace;
+    std::function<void(BatchMetadata &)> in_batch;
+    std::string reason;  ///< the shared phrase (canopy_Rules.hpp) every path must give
+  };
+  int64_t const far = slots + 5;
+  std::vector<Case> const corpus = {
+      {"parent after its child", [&](TraceColumns &c) { c.parent[c.tree_offset[row] + 2] = 7; },
+       [](BatchMetadata &m) { m.tree_parent[2] = 7; }, rules::parentProblem(2, 7)},
+      {"second root", [&](TraceColumns &c) { c.parent[c.tree_offset[row] + 1] = -1; },
+       [](BatchMetadata &m) { m.tree_parent[1] = -1; }, rules::parentProblem(1, -1)},
+      {"prefix slot outside the pool", [&](TraceColumns &c) { c.kv_indices[c.kv_offset[row] + 1] = far; },
+       [&](BatchMetadata &m) { m.kv_indices[1] = far; }, rules::slotProblem(far, slots)},
+      {"tree slot below zero", [&](TraceColumns &c) { c.out_cache_loc[c.tree_offset[row]] = -3; },
+       [](BatchMetadata &m) { m.out_cache_loc[0] = -3; }, rules::slotProblem(-3, slots)},
+  };
+  for (Case const &k : corpus)
+  {
+    SCOPED_TRACE(k.name);
+    ASSERT_FALSE(k.reason.empty());
+    // The library: a design's storage refuses the batch before anything reaches a kernel.
+    BatchMetadata meta = meta0;
+    k.in_batch(meta);
+    BatchCapacity const cap{meta.batchSize(), meta.numNodes(), static_cast<int64_t>(meta.kv_indices.size()),
+                            static_cast<int64_t>(meta.custom_mask.size()), slots, reader.info().shape.num_heads};
+    auto storage = makeBatchStorage(MemoryKind::kHost, cap);
+    expectInputError([&] { storage->setMetadata(meta, reader.info().shape); }, {k.reason});
+    // A trace: the reader refuses the file.
+    TraceColumns c = good;
+    k.in_trace(c);
+    std::string const path = tempPath("corpus_bad.h5");
+    Impl::writeColumnsUnchecked(path, c);
+    expectInputError([&] { TraceReader r(path); }, {k.reason});
+    // The command line: exit 2, the same reason on stderr.
+    Result const r = canopy("check --trace " + path + " --designs reference");
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find(k.reason), std::string::npos) << r.err;
+  }
 }
 } // namespace canopy::test

@@ -313,7 +313,7 @@ TEST(TraceMalformed, treesNeedOneRootAndParentsBeforeChildren)
   {
     TraceColumns c = good;
     c.parent[base + 1] = -7;
-    expectRejected(c, {"/tree/parent", idx(base + 1), "is -7"});
+    expectRejected(c, {"/tree/parent", idx(base + 1), "has parent -7"});
   }
 }
 
