@@ -93,8 +93,9 @@ int runCheck(CheckFlags f)
     throw InputError("--nsplit: must be >= 1, got " + std::to_string(f.nsplit));
   std::vector<std::string> const designs = resolveDesigns(f.designs);
   std::vector<ValueMode> const modes = valueModes(f.values);
-  HostProblem problem = generateProblem(f.gen);
-  Cost const cost = costOf(problem.meta, problem.shape.num_heads);
+  GeneratorOptions shape_only = f.gen;
+  shape_only.with_values = false;  // the cost needs the metadata only; each value mode draws its own values
+  Cost const cost = costOf(generateProblem(shape_only).meta, f.gen.num_heads);
 
   std::printf("canopy check: B=%d (+%d padded) H=%d T=%d P=%lld mask=%s ragged=%s seed=%llu nsplit=%d\n", f.gen.batch,
               f.gen.padded_rows, f.gen.num_heads, f.gen.tree_size, static_cast<long long>(f.gen.prefix_len),
@@ -110,7 +111,7 @@ int runCheck(CheckFlags f)
   {
     GeneratorOptions g = f.gen;
     g.values = values;
-    problem = generateProblem(g);
+    HostProblem const problem = generateProblem(g);
     std::vector<double> const reference = referenceAttention(problem);
     for (auto const &name : designs)
     {
@@ -165,15 +166,12 @@ int runTraceCheck(CheckFlags f)
         HostProblem p = src->problem(s, mask);
         DesignPtr design = makeDesign(name);
         CheckResult r;
+        if (values == ValueMode::kTreeDominant)
+          makeTreeDominant(p, f.gen.seed + static_cast<uint64_t>(s));
         try
         {
-          if (values == ValueMode::kTreeDominant)
-          {
-            makeTreeDominant(p, f.gen.seed + static_cast<uint64_t>(s));
-            r = checkDesign(*design, p, options, referenceAttention(p));
-          }
-          else
-            r = checkDesign(*design, p, options, expectedOutput(*src, s, p, refs));
+          // One reference per step and value mode (refs is per mode), shared by every design.
+          r = checkDesign(*design, p, options, expectedOutput(*src, s, p, refs));
         }
         catch (Unsupported const &e)
         {

@@ -152,12 +152,6 @@ public:
   }
 
 private:
-  static int currentDevice()
-  {
-    int d = 0;
-    check(cudaGetDevice(&d), "cudaGetDevice");
-    return d;
-  }
   size_t boundsWorkspaceBytes() const
   {
     return _nsplit > 1 ? verifyWorkspaceBytes(_bounds.max_nodes * _bounds.num_heads, _nsplit, _bf16) : 0;

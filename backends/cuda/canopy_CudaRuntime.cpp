@@ -60,6 +60,13 @@ DeviceInfo deviceInfo(int device)
   return d;
 }
 
+int currentDevice()
+{
+  int d = 0;
+  check(cudaGetDevice(&d), "cudaGetDevice");
+  return d;
+}
+
 std::string DeviceInfo::targetLabel() const
 {
   if (cc_major == 12 && cc_minor == 0)

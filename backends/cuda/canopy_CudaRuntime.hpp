@@ -48,6 +48,8 @@ struct DeviceInfo
   std::string targetLabel() const;
 };
 DeviceInfo deviceInfo(int device = 0);
+/// \brief The calling thread's current device (cudaGetDevice).
+int currentDevice();
 
 /// \brief Owning device allocation of \p T elements (cudaMalloc/cudaFree); move-only.
 template <class T>

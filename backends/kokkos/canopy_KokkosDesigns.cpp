@@ -168,10 +168,8 @@ private:
     if (specialised())
     {
       cuda::check(cuda::prepareVerifyKernels(), "cudaFuncSetAttribute (verify kernels)");
-      int device = 0;
-      cuda::check(cudaGetDevice(&device), "cudaGetDevice");
       if (nsplit == 0)
-        return cuda::suggestNsplit(bounds, cuda::deviceInfo(device).sm_count);
+        return cuda::suggestNsplit(bounds, cuda::deviceInfo(cuda::currentDevice()).sm_count);
     }
 #endif
     return autoNsplit(bounds, nsplit);

@@ -11,11 +11,7 @@ namespace canopy::cuda
 L2Flusher::L2Flusher(size_t bytes)
 {
   if (bytes == 0)
-  {
-    int dev = 0;
-    check(cudaGetDevice(&dev), "cudaGetDevice");
-    bytes = 2 * std::max<size_t>(deviceInfo(dev).l2_bytes, size_t(1) << 20);
-  }
+    bytes = 2 * std::max<size_t>(deviceInfo(currentDevice()).l2_bytes, size_t(1) << 20);
   _buffer.resize(bytes);
 }
 

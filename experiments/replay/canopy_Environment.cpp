@@ -62,10 +62,11 @@ std::map<std::string, std::string> collectEnvironment(ExperimentConfig const &c,
   char host[256] = {};
   env["host"] = ::gethostname(host, sizeof host - 1) == 0 ? host : "unknown";
   env["canopy_build"] = std::string(CANOPY_GIT_BUILT).empty() ? "unknown" : CANOPY_GIT_BUILT;
-  env["kokkos_version"] = kokkosInfo().version;
+  KokkosInfo const kokkos = kokkosInfo();
+  env["kokkos_version"] = kokkos.version;
   env["kokkos_origin"] = CANOPY_KOKKOS_ORIGIN;
-  env["kokkos_default_space"] = kokkosInfo().default_space;
-  env["kokkos_spaces"] = kokkosInfo().spaces;
+  env["kokkos_default_space"] = kokkos.default_space;
+  env["kokkos_spaces"] = kokkos.spaces;
   env["canopy_version"] = CANOPY_VERSION;
   std::time_t const now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char buf[32];
