@@ -27,18 +27,6 @@ namespace
 using ExecSpace = Kokkos::DefaultExecutionSpace;
 using MemSpace = ExecSpace::memory_space;
 
-/// nsplit 0 = auto, from the bounds and the space only: enough splits that every execution unit
-/// has a team (the combine pass is small next to a prefix walk). On one host core splits only add
-/// work (measured 5-20% at 16, docs/results/kokkos-host.md), so auto is 1 there.
-inline int autoNsplit(PlanBounds const &bounds, int nsplit)
-{
-  if (nsplit != 0)
-    return nsplit;  // planVerify rejects a negative one
-  int const units = ExecSpace().concurrency();
-  int const requests = std::max(1, bounds.max_batch);
-  return std::max(1, std::min(64, (units + requests - 1) / requests));
-}
-
 /// Whether the default space runs on CUDA device memory that the CUDA storage (cudaMalloc) and
 /// the CUDA executor (streams, graphs) can serve.
 #if defined(KOKKOS_ENABLE_CUDA) && defined(CANOPY_HAVE_CUDA_DESIGNS)
@@ -97,7 +85,7 @@ public:
     if (options.strict && !verifyFlavorCompiled<ExecSpace, Flavor>())
       throw InputError(name() + ": not compiled for " + std::string(ExecSpace::name()) +
                        " in this build (strict mode forbids the fallback to " + TeamTiles::name() + ")");
-    _plan = Impl::planVerify<ExecSpace>(bounds, nsplitFor(bounds, options.nsplit), options.strict);
+    _plan = planVerifyFor<ExecSpace, Flavor>(bounds, nsplitFor(bounds, options.nsplit), options.strict, _algo);
     _bounds = bounds;
     _strategy = options.workspace;
     _ws = VerifyWorkspace<MemSpace>();
@@ -161,7 +149,8 @@ private:
   bool specialised() const { return _algo == Algo::Auto && verify_spec_avail<ExecSpace, Flavor>::value && ON_CUDA; }
 
   /// nsplit 0 = auto: the specialised path splits as cuda-sm120 does (from the bounds and the SM
-  /// count), and prepares its kernels here, outside any capture; the portable path as autoNsplit.
+  /// count), and prepares its kernels here, outside any capture; the portable paths leave 0 to
+  /// planVerifyFor (Impl::autoNsplit for their tiles).
   int nsplitFor(PlanBounds const &bounds, int nsplit) const
   {
 #ifdef CANOPY_HAVE_CUDA_SPECIALISATION
@@ -172,7 +161,7 @@ private:
         return cuda::suggestNsplit(bounds, cuda::deviceInfo(cuda::currentDevice()).sm_count);
     }
 #endif
-    return autoNsplit(bounds, nsplit);
+    return nsplit;
   }
 
   Algo _algo = Algo::Auto;

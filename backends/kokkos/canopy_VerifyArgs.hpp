@@ -106,10 +106,12 @@ struct VerifyPlan
   int heads_per_group = 1;   ///< heads folded with tree nodes into the rows of one team's tile
   int num_head_groups = 1;
   int rows_per_tile = 1;     ///< (head, node) rows a team holds at once (multiple of the row block)
+  int row_tiles = 1;         ///< row tiles of a request in the league (1: a team walks them itself)
   bool strict = false;       ///< a fallback to another path throws instead of being recorded
 
-  /// Teams of the split kernel: (request, head group, split), the tree part being the last split.
-  int64_t leagueSize() const { return static_cast<int64_t>(max_batch) * num_head_groups * (nsplit + 1); }
+  /// Teams of the split kernel: (request, head group, split, row tile), the tree part being the
+  /// last split.
+  int64_t leagueSize() const { return static_cast<int64_t>(max_batch) * num_head_groups * (nsplit + 1) * row_tiles; }
   int numPartials() const { return nsplit + 1; }
 };
 

@@ -104,6 +104,24 @@ constexpr bool verifyFlavorCompiled()
   return std::is_same<Flavor, TeamTiles>::value || verify_spec_avail<ExecutionSpace, Flavor>::value;
 }
 
+/// \brief The plan of the path that asking for \p Flavor with \p algo runs on \p ExecutionSpace:
+/// kokkos-kk's own path keeps the resident tiles; everything else (the portable kernel, and the
+/// specialisations, which take their sizes from the plan bounds only) plans for VerifyTiles.
+/// \p nsplit 0 = auto (Impl::autoNsplit for those tiles and the space's concurrency); \p max_rows
+/// caps the rows per tile (0: the tiles' own), for tests and tile experiments.
+template <class ExecutionSpace, class Flavor>
+VerifyPlan planVerifyFor(PlanBounds const &bounds, int nsplit, bool strict, Algo algo = Algo::Auto, int max_rows = 0)
+{
+  auto plan = [&](auto tiles) {
+    using Tiles = decltype(tiles);
+    int const n = nsplit != 0 ? nsplit : Impl::autoNsplit<ExecutionSpace, Tiles>(bounds, ExecutionSpace().concurrency());
+    return Impl::planVerify<ExecutionSpace, Tiles>(bounds, n, strict, max_rows);
+  };
+  if (algo == Algo::Auto && !std::is_same<Flavor, TeamTiles>::value && verifyFlavorCompiled<ExecutionSpace, Flavor>())
+    return plan(Impl::ResidentTiles<ExecutionSpace>{});
+  return plan(Impl::VerifyTiles<ExecutionSpace>{});
+}
+
 /// \brief Enqueues verify attention (split kernel + combine) on \p space; enqueue only.
 /// \pre \p ws was made for \p plan with room for the batch's node rows, and the batch is within
 /// the plan bounds (the designs check both on the host).

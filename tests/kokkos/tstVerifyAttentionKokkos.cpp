@@ -57,7 +57,7 @@ RunResult runKernel(HostProblem const &problem, RunOptions const &o = {})
   VerifyBatch<MemorySpace> batch(cap);
   batch.upload(problem);
   batch.poisonOutput();
-  VerifyPlan const plan = Impl::planVerify<ExecutionSpace>(boundsOf(problem), o.nsplit, o.strict, o.max_rows);
+  VerifyPlan const plan = planVerifyFor<ExecutionSpace, Flavor>(boundsOf(problem), o.nsplit, o.strict, o.algo, o.max_rows);
   VerifyWorkspace<MemorySpace> const ws = makeVerifyWorkspace<MemorySpace>(plan, plan.max_nodes);
   ExecutionSpace space;
   RunResult r;
@@ -230,8 +230,8 @@ TYPED_TEST(VerifyAttentionKokkos, severalRowTilesAndHeadGroups)
   using Tiles = Impl::VerifyTiles<TypeParam>;
   RunOptions o;
   o.max_rows = 2 * Tiles::ROW_BLOCK;
-  VerifyPlan const plan = Impl::planVerify<TypeParam>(PlanBounds{1, 30, 60, 30, 5, MaskLayout::kTree}, 4, false,
-                                                      o.max_rows);
+  VerifyPlan const plan = planVerifyFor<TypeParam, TeamTiles>(PlanBounds{1, 30, 60, 30, 5, MaskLayout::kTree}, 4, false,
+                                                               Algo::Auto, o.max_rows);
   EXPECT_GT(plan.num_head_groups, 1);
   EXPECT_LT(plan.rows_per_tile / plan.heads_per_group, 30);
   for (MaskLayout m : ALL_LAYOUTS)
@@ -243,7 +243,8 @@ TYPED_TEST(VerifyAttentionKokkos, severalRowTilesAndHeadGroups)
 
 TYPED_TEST(VerifyAttentionKokkos, headGroupsAreBalanced)
 {
-  VerifyPlan const p = Impl::planVerify<TypeParam>(PlanBounds{1, 65, 0, 65, 8, MaskLayout::kFull}, 1, false, 5 * 65);
+  using Resident = Impl::ResidentTiles<TypeParam>;
+  VerifyPlan const p = Impl::planVerify<TypeParam, Resident>(PlanBounds{1, 65, 0, 65, 8, MaskLayout::kFull}, 1, false, 5 * 65);
   EXPECT_EQ(p.num_head_groups, 2);
   EXPECT_EQ(p.heads_per_group, 4);
   EXPECT_EQ(p.leagueSize(), 1 * 2 * 2);
@@ -278,29 +279,32 @@ TYPED_TEST(VerifyAttentionKokkos, fallbackIsRecordedAndStrictRefusesIt)
   EXPECT_FALSE((runKernel<TypeParam, TeamTiles>(p, strict).path.fallback));
 }
 
-/// The GPU tile shape (KV tile 16, 2-row blocks, 1-lane packs, 64 rows), one thread per team so
-/// that host spaces run it: the device configuration is checked even without a device backend.
-template <class ExecutionSpace>
-struct DeviceShapedTiles : Impl::VerifyTiles<ExecutionSpace, false>
+/// The GPU tile shapes with one thread per team and one lane, so that host spaces run them: the
+/// device configurations are checked even without a device backend.
+template <class Base>
+struct OneThreadTeams : Base
 {
   static constexpr int TEAM_SIZE = 1;
+  static constexpr int VECTOR_LENGTH = 1;
+  static constexpr int COMBINE_TEAM_SIZE = 1;
 };
+using StreamedOnHost = OneThreadTeams<Impl::StreamedTiles>;
+using ResidentDeviceOnHost = OneThreadTeams<Impl::ResidentDeviceTiles>;
 
-template <class ExecutionSpace, class TileProducts>
-void expectDeviceShapedTilesCorrect(HostProblem const &problem, int nsplit)
+template <class ExecutionSpace, class TileProducts, class Tiles>
+void expectDeviceShapedTilesCorrect(HostProblem const &problem, int nsplit, int max_rows = 0)
 {
   using MemorySpace = typename ExecutionSpace::memory_space;
-  using Tiles = DeviceShapedTiles<ExecutionSpace>;
   VerifyBatch<MemorySpace> batch(BatchCapacity::of(problem));
   batch.upload(problem);
   batch.poisonOutput();
-  VerifyPlan const plan = Impl::planVerify<ExecutionSpace, Tiles>(boundsOf(problem), nsplit);
+  VerifyPlan const plan = Impl::planVerify<ExecutionSpace, Tiles>(boundsOf(problem), nsplit, false, max_rows);
   auto const ws = makeVerifyWorkspace<MemorySpace>(plan, plan.max_nodes);
   Impl::verifyAttentionTeams<ExecutionSpace, TileProducts, Tiles>(ExecutionSpace(), makeVerifyArgs(batch), ws, plan);
   Kokkos::fence();
   std::vector<uint16_t> const out = batch.downloadOutput();
   ErrorStats const e = compareToReference(referenceAttention(problem), out.data(), out.size());
-  EXPECT_TRUE(e.pass) << TileProducts::name() << ": " << describe(e);
+  EXPECT_TRUE(e.pass) << TileProducts::name() << (Tiles::STREAMED ? " (streamed)" : " (resident)") << ": " << describe(e);
 }
 
 TYPED_TEST(VerifyAttentionKokkos, deviceTileShapeOnTheHost)
@@ -310,11 +314,70 @@ TYPED_TEST(VerifyAttentionKokkos, deviceTileShapeOnTheHost)
     SCOPED_TRACE(toString(m));
     // 65 nodes x 3 heads: more rows than the 64-row tile, a prefix not a multiple of 16.
     HostProblem const p = problemOf(2, 3, 65, 37, m, 25, /*ragged=*/true, /*padded=*/1);
-    expectDeviceShapedTilesCorrect<TypeParam, Impl::TeamTileProducts>(p, 4);
+    expectDeviceShapedTilesCorrect<TypeParam, Impl::TeamTileProducts, StreamedOnHost>(p, 4);
+    expectDeviceShapedTilesCorrect<TypeParam, Impl::TeamTileProducts, ResidentDeviceOnHost>(p, 4);
 #ifdef CANOPY_HAVE_KOKKOSKERNELS
-    expectDeviceShapedTilesCorrect<TypeParam, Impl::BatchedGemmTileProducts>(p, 4);
+    expectDeviceShapedTilesCorrect<TypeParam, Impl::BatchedGemmTileProducts, ResidentDeviceOnHost>(p, 4);
 #endif
   }
+}
+
+/// The streamed kernel's row tiles, head groups and KV tiles at their edges: T spanning several
+/// 4-node row tiles (ragged, with a padded request), heads that do not divide the 32 rows (3:
+/// 10 nodes of 3 heads) and more heads than rows (40: 2 groups of 20), prefixes of 1, 64 and 64 + 1
+/// keys and one of several tiles per split, and a tree part longer than one KV tile (T = 70).
+TYPED_TEST(VerifyAttentionKokkos, streamedTilesAtTheirEdges)
+{
+  struct Case
+  {
+    int batch, heads, tree;
+    int64_t prefix;
+    int nsplit, max_rows;
+  };
+  Case const cases[] = {{3, 8, 9, 1, 1, 0},     {2, 8, 17, 64, 2, 0},   {2, 3, 23, 65, 3, 0},
+                        {1, 40, 5, 130, 2, 0},  {2, 8, 70, 200, 4, 0},  {1, 5, 12, 100, 2, 8},
+                        {1, 8, 9, 300, 1, 0}};
+  uint64_t seed = 40;
+  for (Case const &c : cases)
+    for (MaskLayout m : ALL_LAYOUTS)
+    {
+      SCOPED_TRACE("B=" + std::to_string(c.batch) + " H=" + std::to_string(c.heads) + " T=" + std::to_string(c.tree) +
+                   " P=" + std::to_string(c.prefix) + " " + toString(m));
+      HostProblem p = problemOf(c.batch, c.heads, c.tree, c.prefix, m, ++seed, /*ragged=*/true, /*padded=*/1);
+      expectDeviceShapedTilesCorrect<TypeParam, Impl::TeamTileProducts, StreamedOnHost>(p, c.nsplit, c.max_rows);
+      // Peaked scores (q 4x larger: logits spread over several units), so that a running max that
+      // moves between KV tiles, and the rescale it needs, changes the output well past tolerance.
+      fillRandomValues(p, canopy::test::testSeed(seed + 1000), 4.f, 1.f);
+      SCOPED_TRACE("peaked");
+      expectDeviceShapedTilesCorrect<TypeParam, Impl::TeamTileProducts, StreamedOnHost>(p, c.nsplit, c.max_rows);
+    }
+}
+
+TYPED_TEST(VerifyAttentionKokkos, streamedPlanPutsRowTilesInTheLeague)
+{
+  // T=17 at H=8: 4 nodes x 8 heads per tile, 5 row tiles; H=40: 2 groups of 20 heads, 1 node each.
+  VerifyPlan const p = Impl::planVerify<TypeParam, Impl::StreamedTiles>(PlanBounds{2, 17, 100, 34, 8, MaskLayout::kTree}, 3);
+  EXPECT_EQ(p.num_head_groups, 1);
+  EXPECT_EQ(p.rows_per_tile, 32);
+  EXPECT_EQ(p.row_tiles, 5);
+  EXPECT_EQ(p.leagueSize(), 2 * 1 * 4 * 5);
+  VerifyPlan const q = Impl::planVerify<TypeParam, Impl::StreamedTiles>(PlanBounds{1, 3, 0, 3, 40, MaskLayout::kTree}, 1);
+  EXPECT_EQ(q.num_head_groups, 2);
+  EXPECT_EQ(q.heads_per_group, 20);
+  EXPECT_EQ(q.row_tiles, 3);
+}
+
+TYPED_TEST(VerifyAttentionKokkos, autoSplitFollowsTheSpace)
+{
+  PlanBounds const b{8, 33, 16384, 8 * 33, 8, MaskLayout::kTree};
+  // One host thread: no split. Sixteen: about 4 teams per thread over 8 requests.
+  EXPECT_EQ((Impl::autoNsplit<TypeParam, Impl::VerifyTiles<Kokkos::DefaultHostExecutionSpace>>(b, 1)), 1);
+  EXPECT_EQ((Impl::autoNsplit<TypeParam, Impl::VerifyTiles<Kokkos::DefaultHostExecutionSpace>>(b, 16)), 8);
+  // An H200's Kokkos::Cuda concurrency (132 SMs x 2048 threads): B=8 T=256 needs no split
+  // (512 teams per split), B=1 T=17 P=16K the cap of 64.
+  int const h200 = 132 * 2048;
+  EXPECT_EQ((Impl::autoNsplit<TypeParam, Impl::StreamedTiles>(PlanBounds{8, 256, 16384, 2048, 8, MaskLayout::kTree}, h200)), 1);
+  EXPECT_EQ((Impl::autoNsplit<TypeParam, Impl::StreamedTiles>(PlanBounds{1, 17, 16384, 17, 8, MaskLayout::kTree}, h200)), 64);
 }
 
 // The checks above can fail: a kernel that misses rows leaves poison, one that reads a wrong mask

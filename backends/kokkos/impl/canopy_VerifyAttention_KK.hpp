@@ -58,11 +58,12 @@ struct BatchedGemmTileProducts
   }
 };
 
-/// \brief The kokkos-kk path.
+/// \brief The kokkos-kk path: TeamGemm needs whole Q and O tiles, so it keeps the resident-tile
+/// kernel on every space (level-1 scratch on a GPU). \pre \p plan was made for ResidentTiles.
 template <class ExecutionSpace>
 void verifyAttentionKK(ExecutionSpace const &space, VerifyArgs<typename ExecutionSpace::memory_space> const &args,
                        VerifyWorkspace<typename ExecutionSpace::memory_space> const &ws, VerifyPlan const &plan)
 {
-  verifyAttentionTeams<ExecutionSpace, BatchedGemmTileProducts>(space, args, ws, plan);
+  verifyAttentionTeams<ExecutionSpace, BatchedGemmTileProducts, ResidentTiles<ExecutionSpace>>(space, args, ws, plan);
 }
 } // namespace canopy::Impl

@@ -8,6 +8,8 @@
 #include "canopy_KokkosCompat.hpp"
 #include "canopy_VerifyArgs.hpp"
 #include "impl/canopy_FloatPack.hpp"
+#include "impl/canopy_VerifyAttention_Streamed.hpp"
+#include "impl/canopy_VerifyKernelCommon.hpp"
 
 #include <Kokkos_Core.hpp>
 
@@ -19,10 +21,6 @@
 
 namespace canopy::Impl
 {
-constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
-/// A quiet NaN written for a row that sees no key at all (distinct from BF16_POISON, "unwritten").
-constexpr uint16_t BF16_QUIET_NAN = 0x7fc0;
-
 /// \brief Tile shape of the portable kernel on one kind of execution space.
 ///
 /// Rows of a tile are (tree node, head) pairs of one request: node-major, so the heads of one node
@@ -45,17 +43,24 @@ struct VerifyTiles
   /// Scratch at 384 rows: Q 864 KiB + O 768 KiB + scores 48 KiB + the KV tile 144 KiB = 1.8 MiB of
   /// team scratch level 1 (Kokkos host level-1 limit: 20 MiB); Q and O stream through L2 per KV tile.
   static constexpr int MAX_ROWS = 384;
+  static constexpr bool STREAMED = false;  ///< Q and O of the tile resident in scratch (this kernel)
   static constexpr int TEAM_SIZE = 1;
+  static constexpr int VECTOR_LENGTH = 1;
+  static constexpr int COMBINE_TEAM_SIZE = 1;
 };
 
+/// \brief GPUs: the streamed kernel (canopy_VerifyAttention_Streamed.hpp), which fits level-0
+/// scratch.
 template <class ExecutionSpace>
-struct VerifyTiles<ExecutionSpace, false>
+struct VerifyTiles<ExecutionSpace, false> : StreamedTiles
 {
-  // GPUs: one thread per register block, a 128-thread team. Scratch at 64 rows: Q 144 KiB +
-  // O 128 KiB + KV 72 KiB, so it lives in level 1 (global memory, cached). Correct on any Kokkos
-  // device (the tests run this shape on the host spaces); the tuned GPU path is the CUDA design.
-  // FIXME(level-0 GPU tiles): bf16 Q and a smaller O slice in level 0, once a Kokkos CUDA build
-  // can measure them.
+};
+
+/// \brief The resident-tile kernel's shape on a GPU, for tile products that need whole Q and O
+/// tiles in scratch (kokkos-kk's batched GEMM): one thread per register block, a 128-thread team,
+/// Q 144 KiB + O 128 KiB + KV 72 KiB at 64 rows, so level 1 (global memory, cached).
+struct ResidentDeviceTiles
+{
   static constexpr int KV_TILE = 16;
   static constexpr int PACK = 1;
   static constexpr int ROW_BLOCK = 2;
@@ -63,11 +68,15 @@ struct VerifyTiles<ExecutionSpace, false>
   static constexpr int VALUE_COLS = 8;
   static constexpr int COMBINE_COLS = 4;
   static constexpr int MAX_ROWS = 64;
+  static constexpr bool STREAMED = false;
   static constexpr int TEAM_SIZE = 128;
+  static constexpr int VECTOR_LENGTH = 1;
+  static constexpr int COMBINE_TEAM_SIZE = 128;
 };
 
-KOKKOS_INLINE_FUNCTION constexpr int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-KOKKOS_INLINE_FUNCTION constexpr int64_t roundUp(int64_t a, int64_t b) { return ceilDiv(a, b) * b; }
+/// \brief Tiles of the resident-tile kernel on \p ExecutionSpace (the host shape on host spaces).
+template <class ExecutionSpace>
+using ResidentTiles = std::conditional_t<VerifyTiles<ExecutionSpace>::STREAMED, ResidentDeviceTiles, VerifyTiles<ExecutionSpace>>;
 
 /// \brief Launch plan for \p bounds on \p ExecutionSpace. Heads are grouped so that a group's
 /// (node, head) rows fit one tile at the largest tree; groups are balanced (8 heads at T=65 and 384
@@ -93,12 +102,27 @@ VerifyPlan planVerify(PlanBounds const &bounds, int nsplit, bool strict = false,
   p.num_heads = bounds.num_heads;
   p.nsplit = nsplit;
   p.strict = strict;
-  int const fit = std::max(1, std::min(bounds.num_heads, cap / p.max_tree));
-  p.num_head_groups = static_cast<int>(ceilDiv(bounds.num_heads, fit));
-  p.heads_per_group = static_cast<int>(ceilDiv(bounds.num_heads, p.num_head_groups));
-  // Nodes per tile are whole: rows = nodes x heads_per_group, then padded to the row block.
-  int64_t const nodes = std::max<int64_t>(1, std::min<int64_t>(p.max_tree, cap / p.heads_per_group));
-  p.rows_per_tile = static_cast<int>(roundUp(nodes * p.heads_per_group, Tiles::ROW_BLOCK));
+  if constexpr (Tiles::STREAMED)
+  {
+    // Every head of a node in one tile (H <= rows), whole nodes per tile, and the row tiles of a
+    // request in the league: T=17 at H=8 is 5 tiles of 4 nodes (85% of the rows used), where
+    // grouping heads to fit the whole tree would leave 15 of 32 rows empty.
+    p.num_head_groups = static_cast<int>(ceilDiv(bounds.num_heads, cap));
+    p.heads_per_group = static_cast<int>(ceilDiv(bounds.num_heads, p.num_head_groups));
+    int const nodes = std::max(1, cap / p.heads_per_group);
+    p.rows_per_tile = nodes * p.heads_per_group;
+    p.row_tiles = static_cast<int>(ceilDiv(p.max_tree, nodes));
+  }
+  else
+  {
+    int const fit = std::max(1, std::min(bounds.num_heads, cap / p.max_tree));
+    p.num_head_groups = static_cast<int>(ceilDiv(bounds.num_heads, fit));
+    p.heads_per_group = static_cast<int>(ceilDiv(bounds.num_heads, p.num_head_groups));
+    // Nodes per tile are whole: rows = nodes x heads_per_group, then padded to the row block. The
+    // team walks its row tiles itself (row_tiles = 1), reading each KV tile once per row tile.
+    int64_t const nodes = std::max<int64_t>(1, std::min<int64_t>(p.max_tree, cap / p.heads_per_group));
+    p.rows_per_tile = static_cast<int>(roundUp(nodes * p.heads_per_group, Tiles::ROW_BLOCK));
+  }
   if (p.leagueSize() > std::numeric_limits<int>::max() || p.max_nodes > std::numeric_limits<int>::max())
     throw Unsupported("verify plan: " + std::to_string(p.leagueSize()) + " teams exceed a Kokkos league");
   return p;
@@ -117,8 +141,6 @@ struct TileRefs
   float *alpha;  ///< [rows] rescale of o for this tile
   uint8_t *vis;  ///< [nodes][KV_TILE] tree visibility of this tile
 };
-
-KOKKOS_INLINE_FUNCTION constexpr size_t alignedBytes(size_t n) { return (n + 63) / 64 * 64; }
 
 /// \brief Team-scratch bytes of the split kernel for a plan: 64-byte aligned sub-buffers (whole
 /// cache lines and vector-aligned rows), plus 64 bytes to align the base.
@@ -153,32 +175,6 @@ KOKKOS_INLINE_FUNCTION TileRefs carveTile(void *raw, int rows)
   t.alpha = reinterpret_cast<float *>(take(R * f));
   t.vis = reinterpret_cast<uint8_t *>(take(R * N));
   return t;
-}
-
-/// \brief exp(x) for x <= 0 in plain float arithmetic, so the softmax loop vectorises (with a libm
-/// expf call per score the kernel took 11% longer on the host at H=8, T=33, P=4096).
-/// 2^(x log2 e) = 2^k 2^f: k = round(x log2 e) is read from the mantissa of t + 1.5 * 2^23 (no
-/// float->int conversion, whose range check GCC turned into a branch), |f| <= 1/2, and 2^f is the
-/// degree-6 Taylor polynomial. Measured relative error vs fp64 exp: 1.1e-6 on [-20, 0], 4e-6 on
-/// [-87, 0] (the fp32 rounding of x log2 e dominates), far below bf16's 2^-9 output rounding.
-/// exp(-inf) and anything below 2^-126 give exactly 0.
-KOKKOS_INLINE_FUNCTION float expNonPositive(float x)
-{
-  constexpr float ROUNDER = 12582912.f;  // 1.5 * 2^23
-  float t = x * 1.44269504088896341f;
-  t = t > -127.f ? t : -127.f;
-  float const r = t + ROUNDER;
-  float const kf = r - ROUNDER;
-  int32_t rbits;
-  memcpy(&rbits, &r, sizeof(rbits));
-  int32_t const k = rbits - 0x4B400000;  // round(t) as an integer, in [-127, 0]
-  float const f = (t - kf) * 0.693147180559945309f;
-  float const p =
-      1.f + f * (1.f + f * (0.5f + f * (1.f / 6 + f * (1.f / 24 + f * (1.f / 120 + f * (1.f / 720))))));
-  int32_t const bits = (k + 127) << 23;
-  float scale;
-  memcpy(&scale, &bits, sizeof(scale));
-  return scale * p;
 }
 
 /// \brief s[r][c] = sum_d q[r][d] kt[d][c] for one ROWS x COLS register block (outer-product form:
@@ -624,31 +620,60 @@ void verifyAttentionTeams(ExecutionSpace const &space, VerifyArgs<typename Execu
 {
   // Light-weight launches pass the functor as a kernel argument. Without the hint, Kokkos::Cuda
   // copies functors over 512 bytes (these kernels' argument Views) to constant memory behind an
-  // event synchronisation, which a stream under graph capture refuses.
-  using Policy = decltype(Kokkos::Experimental::require(Kokkos::TeamPolicy<ExecutionSpace>(),
-                                                        Kokkos::Experimental::WorkItemProperty::HintLightWeight));
+  // event synchronisation, which a stream under graph capture refuses. Host spaces hand teams out
+  // dynamically: the tree partial and the last prefix chunk are shorter than the others.
+  using Policy = decltype(Kokkos::Experimental::require(
+      Kokkos::TeamPolicy<ExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>(),
+      Kokkos::Experimental::WorkItemProperty::HintLightWeight));
   if (plan.leagueSize() == 0)
     return;
-  size_t const bytes = splitScratchBytes<Tiles>(plan);
-  Policy split_policy(space, static_cast<int>(plan.leagueSize()), Tiles::TEAM_SIZE);
-  int const level = bytes <= static_cast<size_t>(split_policy.scratch_size_max(0)) ? 0 : 1;
-  if (bytes > static_cast<size_t>(split_policy.scratch_size_max(1)))
-    throw Unsupported("verify plan: " + std::to_string(plan.rows_per_tile) + " rows per tile need " +
-                     std::to_string(bytes) + " bytes of team scratch, more than this space offers");
-  VerifySplitKernel<ExecutionSpace, TileProducts, Tiles> split{args, ws.partial_out, ws.partial_lse, ws.node_capacity, plan,
-                                                        level};
-  Kokkos::parallel_for("canopy::verifyAttention::split_tiles",
-                       split_policy.set_scratch_size(level, Kokkos::PerTeam(bytes)), split);
+  if constexpr (Tiles::STREAMED)
+    launchStreamedSplit<ExecutionSpace, Tiles>(space, args, ws, plan);
+  else
+  {
+    size_t const bytes = splitScratchBytes<Tiles>(plan);
+    Policy split_policy(space, static_cast<int>(plan.leagueSize()), Tiles::TEAM_SIZE, Tiles::VECTOR_LENGTH);
+    int const level = bytes <= static_cast<size_t>(split_policy.scratch_size_max(0)) ? 0 : 1;
+    if (bytes > static_cast<size_t>(split_policy.scratch_size_max(1)))
+      throw Unsupported("verify plan: " + std::to_string(plan.rows_per_tile) + " rows per tile need " +
+                        std::to_string(bytes) + " bytes of team scratch, more than this space offers");
+    VerifySplitKernel<ExecutionSpace, TileProducts, Tiles> split{args, ws.partial_out, ws.partial_lse, ws.node_capacity,
+                                                                 plan, level};
+    Kokkos::parallel_for("canopy::verifyAttention::split_tiles",
+                         split_policy.set_scratch_size(level, Kokkos::PerTeam(bytes)), split);
+  }
 
   size_t const cbytes = VerifyCombineKernel<ExecutionSpace, Tiles>::scratchBytes(plan.num_heads, plan.numPartials());
-  Policy combine_policy(space, static_cast<int>(plan.max_nodes), Tiles::TEAM_SIZE);
+  Policy combine_policy(space, static_cast<int>(plan.max_nodes), Tiles::COMBINE_TEAM_SIZE);
   VerifyCombineKernel<ExecutionSpace, Tiles> combine{args, ws.partial_out, ws.partial_lse, ws.node_capacity,
-                                              plan.numPartials(), plan.max_batch};
+                                                     plan.numPartials(), plan.max_batch};
   Kokkos::parallel_for("canopy::verifyAttention::combine", combine_policy.set_scratch_size(0, Kokkos::PerTeam(cbytes)),
                        combine);
 }
 
-/// \brief The portable path (kokkos-team).
+/// \brief Splits for \p bounds when a design asks for auto (nsplit 0), from the space's
+/// concurrency and the plan's teams per split only (never device values):
+/// - one host thread: 1 (splits only add work there: 5-20% at 16, docs/results/kokkos-host.md);
+/// - host threads: about 4 teams per thread, so the dynamic schedule evens out short partials;
+/// - GPUs: about 4 resident teams per SM (concurrency / team threads / 4), so the workspace stays
+///   near the hand-written design's: 2 partials at B=8 T=256 on an H200, not 65.
+/// Capped at 64 and at one split per two KV tiles of the longest prefix.
+template <class ExecutionSpace, class Tiles = VerifyTiles<ExecutionSpace>>
+int autoNsplit(PlanBounds const &bounds, int concurrency)
+{
+  VerifyPlan const one = planVerify<ExecutionSpace, Tiles>(bounds, 1);
+  int64_t const teams_per_split = std::max<int64_t>(1, one.leagueSize() / one.numPartials());
+  int64_t target = 0;
+  if constexpr (Tiles::STREAMED)
+    target = concurrency / (Tiles::TEAM_SIZE * Tiles::VECTOR_LENGTH) / 4;
+  else
+    target = concurrency <= 1 ? 1 : 4 * static_cast<int64_t>(concurrency);
+  int64_t const by_prefix = std::max<int64_t>(1, bounds.max_prefix / (2 * Tiles::KV_TILE));
+  int64_t const n = (target + teams_per_split / 2) / teams_per_split;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({n, by_prefix, 64})));
+}
+
+/// \brief The portable path (kokkos-team): the streamed kernel on GPUs, the resident one on hosts.
 template <class ExecutionSpace>
 void verifyAttentionKokkos(ExecutionSpace const &space, VerifyArgs<typename ExecutionSpace::memory_space> const &args,
                            VerifyWorkspace<typename ExecutionSpace::memory_space> const &ws, VerifyPlan const &plan)
