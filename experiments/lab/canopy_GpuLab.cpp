@@ -127,6 +127,20 @@ double measureMmaSyncFlops(cudaStream_t stream, MmaFeed feed, int warps_per_sm, 
          (medianLaunchMs(stream, reps, "mma.sync peak", launch) * 1e-3);
 }
 
+double measureFp32FmaFlops(cudaStream_t stream, double seconds, int reps)
+{
+  DeviceInfo const dev = deviceInfo();
+  int const blocks = 8 * dev.sm_count, threads = 256;  // 64 warps per SM: full occupancy
+  DeviceBuffer<float> sink(static_cast<size_t>(blocks) * threads);
+  // Iterations sized for about `seconds` at an assumed 60 TFLOP/s (the exact rate is measured).
+  int64_t const per_iter = fp32FmaPeakFlops(blocks, threads, 1);
+  int const iters = static_cast<int>(std::max<int64_t>(1, static_cast<int64_t>(seconds * 6e13 / per_iter)));
+  auto launch = [&] { check(launchFp32FmaPeak(blocks, threads, iters, sink.data(), stream), "launchFp32FmaPeak"); };
+  launch();
+  return static_cast<double>(fp32FmaPeakFlops(blocks, threads, iters)) /
+         (medianLaunchMs(stream, reps, "fp32 FMA peak", launch) * 1e-3);
+}
+
 Peaks measurePeaks(cudaStream_t stream, int gemm_n, size_t copy_bytes, bool quick)
 {
   Peaks p;
@@ -143,19 +157,21 @@ Peaks measurePeaks(cudaStream_t stream, int gemm_n, size_t copy_bytes, bool quic
   }
   p.mma_ldmatrix_flops = measureMmaSyncFlops(stream, MmaFeed::kLdmatrix, 8, sec);
   p.mma_ldmatrix_wide_flops = measureMmaSyncFlops(stream, MmaFeed::kLdmatrixWide, 8, sec);
+  p.fp32_fma_flops = measureFp32FmaFlops(stream, sec);
   return p;
 }
 
 std::string Peaks::describe() const
 {
-  char buf[512];
+  char buf[640];
   std::snprintf(buf, sizeof(buf),
                 "bf16 GEMM %.1f TFLOP/s (cuBLAS %dx%dx%d, random data, median of 10); D2D copy %.2f TB/s (%.1f GB, "
                 "read + write, median of 10); mma.sync bf16 %.1f TFLOP/s (registers, %d warps/SM, median of 5), "
-                "%.1f TFLOP/s fed by ldmatrix.x4 per 2 mma and %.1f per 4 mma at 8 warps/SM",
+                "%.1f TFLOP/s fed by ldmatrix.x4 per 2 mma and %.1f per 4 mma at 8 warps/SM; fp32 FMA %.1f TFLOP/s "
+                "(registers, 64 warps/SM, median of 5)",
                 bf16_flops * 1e-12, gemm_n, gemm_n, gemm_n, copy_bytes_per_s * 1e-12, copy_bytes / 1e9,
                 mma_sync_flops * 1e-12, mma_sync_warps_per_sm, mma_ldmatrix_flops * 1e-12,
-                mma_ldmatrix_wide_flops * 1e-12);
+                mma_ldmatrix_wide_flops * 1e-12, fp32_fma_flops * 1e-12);
   return buf;
 }
 void fillRandomValues(CudaBatchStorage &s, uint64_t seed, float q_scale, float kv_scale)

@@ -58,6 +58,9 @@ struct Peaks
   double mma_ldmatrix_flops = 0;
   /// The same with one ldmatrix.x4 per four mma (32 rows per warp), at 8 warps per SM.
   double mma_ldmatrix_wide_flops = 0;
+  /// fp32 FMA from registers (CUDA cores, no tensor cores): the ceiling of the portable Kokkos
+  /// kernels, which have no tensor-core abstraction.
+  double fp32_fma_flops = 0;
   int gemm_n = 0;
   size_t copy_bytes = 0;
   std::string describe() const;
@@ -70,6 +73,8 @@ double measureCopyBandwidth(cudaStream_t stream, size_t bytes = size_t(2) << 30,
 /// \brief Median of \p reps timed launchMmaSyncPeak calls at \p warps_per_sm warps per SM (one
 /// block per SM, pinned by its shared-memory request; 4 waves), in FLOP/s.
 double measureMmaSyncFlops(cudaStream_t stream, MmaFeed feed, int warps_per_sm, double seconds = 5e-3, int reps = 5);
+/// \brief Median of \p reps timed launchFp32FmaPeak calls (8 blocks of 256 threads per SM), in FLOP/s.
+double measureFp32FmaFlops(cudaStream_t stream, double seconds = 5e-3, int reps = 5);
 /// \brief All of the above; \p quick shrinks the GEMM, the copy and the mma runs (smoke tests).
 Peaks measurePeaks(cudaStream_t stream, int gemm_n = 8192, size_t copy_bytes = size_t(2) << 30, bool quick = false);
 } // namespace canopy::cuda

@@ -1,6 +1,6 @@
 /// \file canopy_GpuLabKernels.hpp
 /// \brief Launchers of the measuring kernels (plain declarations: included by their .cu files and by
-/// host code): device-side random bf16 fills and the mma.sync peak probes.
+/// host code): device-side random bf16 fills, the mma.sync and the fp32 FMA peak probes.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -30,4 +30,10 @@ cudaError_t launchMmaSyncPeak(MmaFeed feed, int blocks, int warps_per_block, int
 /// \brief FLOPs of one launchMmaSyncPeak call.
 int64_t mmaSyncPeakFlops(MmaFeed feed, int blocks, int warps_per_block, int iters);
 size_t mmaSyncPeakSharedBytes(MmaFeed feed);
+
+/// \brief Enqueues \p blocks blocks of \p threads_per_block threads, each running \p iters rounds of
+/// independent fp32 FMA chains from registers. \p sink holds one float per thread.
+cudaError_t launchFp32FmaPeak(int blocks, int threads_per_block, int iters, float *sink, cudaStream_t stream);
+/// \brief FLOPs of one launchFp32FmaPeak call (an FMA counts 2).
+int64_t fp32FmaPeakFlops(int blocks, int threads_per_block, int iters);
 } // namespace canopy::cuda

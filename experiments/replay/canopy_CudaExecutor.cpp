@@ -87,6 +87,7 @@ public:
   double peakFlops() override { return peaks().bf16_flops; }
   double peakBytesPerSecond() override { return peaks().copy_bytes_per_s; }
   double peakMmaSyncFlops() override { return peaks().mma_sync_flops; }
+  double peakFp32FmaFlops() override { return peaks().fp32_fma_flops; }
 
   std::map<std::string, std::string> environment() const override
   {

@@ -35,6 +35,9 @@ public:
   /// \brief The FLOP rate of the matrix instruction the sm_120-style designs may use (mma.sync on a
   /// GPU), for a second bound beside the GEMM-peak one; 0 where it means nothing (hosts).
   virtual double peakMmaSyncFlops() { return 0; }
+  /// \brief The fp32 FMA rate of the CUDA cores: the bound of designs without tensor cores (the
+  /// portable Kokkos kernels); 0 where not measured (hosts).
+  virtual double peakFp32FmaFlops() { return 0; }
   /// \brief Extra environment facts (GPU name, clocks, driver).
   virtual std::map<std::string, std::string> environment() const { return {}; }
 };

@@ -92,7 +92,7 @@ std::map<int, Bucket> bucketize(StepSource const &src, ExperimentConfig const &c
 struct RowAccumulator
 {
   std::vector<double> samples, step_medians;
-  double flops = 0, bytes = 0, roofline = 0, mma_roofline = 0;
+  double flops = 0, bytes = 0, roofline = 0, mma_roofline = 0, fma_roofline = 0;
   int64_t checked = 0;
   double max_abs = 0, rel_l2 = 0;
   bool failed = false;
@@ -147,6 +147,7 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
   double const peak_f = exec.peakFlops() > 0 ? exec.peakFlops() : c.peak_flops;
   double const peak_b = exec.peakBytesPerSecond() > 0 ? exec.peakBytesPerSecond() : c.peak_bytes_per_s;
   double const peak_mma = exec.peakMmaSyncFlops();
+  double const peak_fma = exec.peakFp32FmaFlops();
 
   for (auto const &[size, bucket] : buckets)
   {
@@ -221,6 +222,8 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
           acc.roofline += rooflineSeconds(cost, peak_f, peak_b);
         if (peak_mma > 0 && peak_b > 0)
           acc.mma_roofline += rooflineSeconds(cost, peak_mma, peak_b);
+        if (peak_fma > 0 && peak_b > 0)
+          acc.fma_roofline += rooflineSeconds(cost, peak_fma, peak_b);
       }
       tick(1);
     }
@@ -250,6 +253,8 @@ void finishRow(ResultRow &row, RowAccumulator const &acc)
     row.roofline_fraction = acc.roofline / row.total_median;
     row.mma_roofline_s = acc.mma_roofline;
     row.mma_roofline_fraction = acc.mma_roofline / row.total_median;
+    row.fma_roofline_s = acc.fma_roofline;
+    row.fma_roofline_fraction = acc.fma_roofline / row.total_median;
   }
   row.checked_steps = acc.checked;
   row.max_abs = acc.max_abs;
@@ -346,6 +351,7 @@ ResultSet runExperiment(ExperimentConfig const &c, ProgressFn const &progress)
           merged.bytes += acc.bytes;
           merged.roofline += acc.roofline;
           merged.mma_roofline += acc.mma_roofline;
+          merged.fma_roofline += acc.fma_roofline;
           merged.checked += acc.checked;
           merged.max_abs = std::max(merged.max_abs, acc.max_abs);
           merged.rel_l2 = std::max(merged.rel_l2, acc.rel_l2);

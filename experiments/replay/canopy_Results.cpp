@@ -94,6 +94,13 @@ TableLayout layoutOf(ResultSet const &rs, bool latex)
     t.cols.push_back({latex ? "mma.sync roofline \\%" : "mma.sync roofline %", [](auto const &r) {
                         return r.mma_roofline_s > 0 ? fmt("%.1f", 100 * r.mma_roofline_fraction) : "-";
                       }});
+  bool any_fma = false;
+  for (auto const &r : rs.rows)
+    any_fma = any_fma || r.fma_roofline_s > 0;
+  if (any_fma)  // GPU runs: the bound of a design on CUDA cores only (the portable Kokkos kernels)
+    t.cols.push_back({latex ? "fp32 FMA roofline \\%" : "fp32 FMA roofline %", [](auto const &r) {
+                        return r.fma_roofline_s > 0 ? fmt("%.1f", 100 * r.fma_roofline_fraction) : "-";
+                      }});
   bool any_ws = false;
   for (auto const &r : rs.rows)
     any_ws = any_ws || r.workspace_bytes > 0;
@@ -171,6 +178,8 @@ std::string toJson(ResultSet const &rs)
                          {"roofline_fraction", r.roofline_fraction},
                          {"mma_roofline_s", r.mma_roofline_s},
                          {"mma_roofline_fraction", r.mma_roofline_fraction},
+                         {"fma_roofline_s", r.fma_roofline_s},
+                         {"fma_roofline_fraction", r.fma_roofline_fraction},
                          {"speedup", r.speedup},
                          {"checked_steps", r.checked_steps},
                          {"max_abs_error", r.max_abs},
@@ -239,6 +248,9 @@ ResultSet resultSetFromJson(std::string const &text, std::string const &source)
       r.roofline_fraction = field(o, "roofline_fraction").get<double>();
       r.mma_roofline_s = field(o, "mma_roofline_s").get<double>();
       r.mma_roofline_fraction = field(o, "mma_roofline_fraction").get<double>();
+      // Results written before the fp32 FMA bound existed have no such fields.
+      r.fma_roofline_s = o.value("fma_roofline_s", 0.0);
+      r.fma_roofline_fraction = o.value("fma_roofline_fraction", 0.0);
       r.speedup = field(o, "speedup").get<double>();
       r.checked_steps = field(o, "checked_steps").get<int64_t>();
       r.max_abs = field(o, "max_abs_error").get<double>();
@@ -259,14 +271,14 @@ std::string toCsv(ResultSet const &rs)
 {
   std::ostringstream o;
   o << "input,group,design,path,mask,nsplit,workspace,mode,l2_flush,status,steps,samples,median_s,p10_s,p90_s,"
-       "total_median_s,flops,bytes_min,tflops,gbps,roofline_fraction,mma_roofline_fraction,speedup,checked_steps,max_abs_error,rel_l2_error,"
+       "total_median_s,flops,bytes_min,tflops,gbps,roofline_fraction,mma_roofline_fraction,fma_roofline_fraction,speedup,checked_steps,max_abs_error,rel_l2_error,"
        "workspace_bytes\n";
   auto q = [](std::string const &s) { return "\"" + s + "\""; };
   for (auto const &r : rs.rows)
     o << q(r.input) << "," << q(r.group) << "," << r.design << "," << q(r.path) << "," << r.mask << "," << r.nsplit << ","
       << r.workspace << "," << r.mode << "," << (r.l2_flush ? 1 : 0) << "," << r.status << "," << r.steps << ","
       << r.samples << "," << r.median << "," << r.p10 << "," << r.p90 << "," << r.total_median << "," << r.flops << ","
-      << r.bytes << "," << r.tflops << "," << r.gbps << "," << r.roofline_fraction << "," << r.mma_roofline_fraction
+      << r.bytes << "," << r.tflops << "," << r.gbps << "," << r.roofline_fraction << "," << r.mma_roofline_fraction << "," << r.fma_roofline_fraction
       << "," << r.speedup << ","
       << r.checked_steps << "," << r.max_abs << "," << r.rel_l2 << "," << r.workspace_bytes << "\n";
   return o.str();

@@ -29,6 +29,8 @@ struct ResultRow
   double roofline_fraction = 0;           ///< roofline_s / total_median
   double mma_roofline_s = 0;              ///< the same bound with the mma.sync rate as FLOP peak (0: unknown)
   double mma_roofline_fraction = 0;       ///< mma_roofline_s / total_median
+  double fma_roofline_s = 0;              ///< the same bound with the fp32 FMA rate (no tensor cores; 0: unknown)
+  double fma_roofline_fraction = 0;       ///< fma_roofline_s / total_median
   double speedup = 0;                     ///< baseline total_median / this total_median (0: no baseline row)
   int64_t checked_steps = 0;
   double max_abs = 0, rel_l2 = 0;         ///< worst over checked steps

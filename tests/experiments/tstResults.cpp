@@ -109,7 +109,7 @@ TEST(Results, mmaSyncRooflineColumnOnlyWhereMeasured)
   EXPECT_NE(md.find("| mma.sync roofline % |"), std::string::npos) << md;
   EXPECT_NE(md.find("| 25.0 | 31.0 |"), std::string::npos) << md;
   EXPECT_NE(toLatexTable(rs).find("mma.sync roofline \\%"), std::string::npos);
-  EXPECT_NE(toCsv(rs).find("roofline_fraction,mma_roofline_fraction,speedup"), std::string::npos);
+  EXPECT_NE(toCsv(rs).find("roofline_fraction,mma_roofline_fraction,fma_roofline_fraction,speedup"), std::string::npos);
   EXPECT_NE(toJson(rs).find("\"mma_roofline_fraction\": 0.31"), std::string::npos);
 }
 
