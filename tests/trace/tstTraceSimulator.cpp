@@ -209,7 +209,8 @@ TEST(TraceSimulator, acceptanceMatchesItsCalibration)
 // DDTree trees at the budget study's sizes (T = 16..1024 nodes) from the profile calibrated to the
 // DDTree paper's MATH-500 curve (docs/trace-format.md): valid trees of exactly T nodes, deep along
 // the likely path and wide near the root, wider and deeper as the budget grows, and acceptance that
-// grows with the budget within the calibration's stated residual (0.9 tokens).
+// grows with the budget, within the calibration's stated residuals (docs/trace-format.md: within
+// 0.6 of the published curve up to 128 nodes, 1.5 above).
 TEST(TraceSimulator, ddtreeBudgetsFrom16To1024)
 {
   SimulatorConfig c;
@@ -246,7 +247,7 @@ TEST(TraceSimulator, ddtreeBudgetsFrom16To1024)
     EXPECT_GE(s.depth.mean, prev_depth - 0.05);
     EXPECT_GE(s.root_children.mean, prev_fanout - 0.05);
     EXPECT_GT(s.mean_branching, 1.0);
-    EXPECT_NEAR(sum.mean_accepted, published[i], 1.2);
+    EXPECT_NEAR(sum.mean_accepted, published[i], nodes[i] <= 128 ? 1.0 : 2.0);
     EXPECT_GE(sum.mean_accepted, prev_accepted - 0.1) << "acceptance does not fall as the budget grows";
     if (nodes[i] == 1024)
     {
