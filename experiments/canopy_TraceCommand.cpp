@@ -11,6 +11,8 @@
 
 #include "canopy_TomlTable.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -78,10 +80,15 @@ SimulatorConfig readSimulatorToml(std::string const &file)
     t.get("num_slots", c.num_slots);
     t.get("sort_free", c.sort_free);
     t.get("compact_every", c.compact_every);
+    t.get("initial_run", c.initial_run);
     t.finish();
   }
   {
     Table t = root.sub("draft");
+    std::string profile;
+    t.get("profile", profile);
+    if (!profile.empty())  // first, so that the keys below refine the profile
+      applyDrafterProfile(c, profile, t.path("profile"));
     t.get("budget", c.budget);
     t.get("max_depth", c.max_depth);
     t.get("top_k", c.top_k);
@@ -94,6 +101,7 @@ SimulatorConfig readSimulatorToml(std::string const &file)
   {
     Table t = root.sub("target");
     t.get("agreement", c.agreement);
+    t.get("sharpness", c.sharpness);
     t.finish();
   }
   {
@@ -110,11 +118,11 @@ SimulatorConfig readSimulatorToml(std::string const &file)
 
 struct SynthFlags
 {
-  std::string config, out;
+  std::string config, out, summary, drafter;
   uint64_t seed = 0;
-  int64_t steps = 0, warmup = 0, num_slots = 0, compact_every = 0;
-  int concurrency = 0, budget = 0, heads = 0, deflate = 4;
-  double rate = 0;
+  int64_t steps = 0, warmup = 0, num_slots = 0, compact_every = 0, initial_run = 0, prompt = 0, output = 0;
+  int concurrency = 0, budget = 0, heads = 0, deflate = 4, max_depth = 0, top_k = 0;
+  double rate = 0, alpha_top = 0, alpha_rest = 0, alpha_tail = 0, depth_decay = 0, agreement = 0, sharpness = 0;
   bool values = false, sort_free = false, quiet = false;
   std::map<std::string, CLI::Option *> given;
   bool has(char const *flag) const
@@ -123,6 +131,45 @@ struct SynthFlags
     return it != given.end() && it->second->count() > 0;
   }
 };
+
+/// The synthesis in numbers, for scripts (the budget study reads the acceptance curve from it).
+void writeSynthSummary(std::string const &path, std::string const &trace, SimulatorConfig const &c,
+                       SimulatorSummary const &s, TraceStats const &t)
+{
+  auto dist = [](Distribution const &d) {
+    return nlohmann::json{{"mean", d.mean}, {"min", d.min}, {"p10", d.p10}, {"p50", d.p50}, {"p90", d.p90}, {"max", d.max}};
+  };
+  nlohmann::json j{
+      {"trace", trace},
+      {"seed", c.seed},
+      {"budget", c.budget},
+      {"tree_nodes", c.budget + 1},
+      {"draft", {{"max_depth", c.max_depth}, {"top_k", c.top_k}, {"alpha_top", c.alpha_top}, {"alpha_rest", c.alpha_rest},
+                 {"alpha_tail", c.alpha_tail}, {"depth_decay", c.depth_decay}, {"agreement", c.agreement},
+                 {"sharpness", c.sharpness}}},
+      {"steps", s.steps},
+      {"rows", s.rows},
+      {"mean_batch", s.mean_batch},
+      {"mean_accepted", s.mean_accepted},
+      {"accepted_histogram", t.accepted_histogram},
+      {"rank1_at_first_mismatch", s.rank1_at_first_mismatch},
+      {"mean_run_length", s.mean_run_length},
+      {"prefix", dist(t.prefix)},
+      {"tree", dist(t.tree)},
+      {"depth", dist(t.depth)},
+      {"root_children", dist(t.root_children)},
+      {"widest", dist(t.widest)},
+      {"mean_branching", t.mean_branching},
+  };
+  std::string const tmp = path + ".tmp";
+  {
+    std::ofstream o(tmp, std::ios::binary);
+    o << j.dump(2) << "\n";
+    if (!o)
+      throw RuntimeFailure("--summary: cannot write '" + tmp + "'");
+  }
+  std::filesystem::rename(tmp, path);
+}
 
 int runSynth(SynthFlags const &f)
 {
@@ -143,8 +190,32 @@ int runSynth(SynthFlags const &f)
     c.arrivals = SimulatorConfig::Arrivals::kPoisson;
     c.rate = f.rate;
   }
+  if (f.has("--drafter"))
+    applyDrafterProfile(c, f.drafter, "--drafter");
   if (f.has("--budget"))
     c.budget = f.budget;
+  if (f.has("--max-depth"))
+    c.max_depth = f.max_depth;
+  if (f.has("--top-k"))
+    c.top_k = f.top_k;
+  if (f.has("--alpha-top"))
+    c.alpha_top = f.alpha_top;
+  if (f.has("--alpha-rest"))
+    c.alpha_rest = f.alpha_rest;
+  if (f.has("--alpha-tail"))
+    c.alpha_tail = f.alpha_tail;
+  if (f.has("--depth-decay"))
+    c.depth_decay = f.depth_decay;
+  if (f.has("--agreement"))
+    c.agreement = f.agreement;
+  if (f.has("--sharpness"))
+    c.sharpness = f.sharpness;
+  if (f.has("--prompt"))
+    c.prompt = {LengthDistribution::Kind::kFixed, f.prompt, 1, 1, 1, 0};
+  if (f.has("--output"))
+    c.output = {LengthDistribution::Kind::kFixed, f.output, 1, 1, 1, 0};
+  if (f.has("--initial-run"))
+    c.initial_run = f.initial_run;
   if (f.has("--heads"))
     c.shape.num_heads = f.heads;
   if (f.has("--num-slots"))
@@ -159,6 +230,7 @@ int runSynth(SynthFlags const &f)
   auto const t0 = std::chrono::steady_clock::now();
   SimulatorSummary s;
   TraceColumns const columns = simulateTrace(c, &s);
+  TraceStats const stats = computeTraceStats(columns);
   auto const t1 = std::chrono::steady_clock::now();
   TraceWriteOptions w;
   w.deflate_level = f.deflate;
@@ -179,8 +251,13 @@ int runSynth(SynthFlags const &f)
                 s.mean_batch, s.mean_accepted, 100.0 * s.rank1_at_first_mismatch, s.mean_run_length,
                 static_cast<long long>(s.peak_used_slots), static_cast<long long>(c.num_slots),
                 static_cast<long long>(s.compactions));
+    std::printf("trees: depth %.2f (max %lld), root fan-out %.2f, widest level %.1f, %.2f children per internal node\n",
+                stats.depth.mean, static_cast<long long>(stats.depth.max), stats.root_children.mean, stats.widest.mean,
+                stats.mean_branching);
     std::printf("simulate %.2f s, write %.2f s\n", secs(t0, t1), secs(t1, t2));
   }
+  if (!f.summary.empty())
+    writeSynthSummary(f.summary, f.out, c, s, stats);
   return 0;
 }
 
@@ -246,6 +323,19 @@ void addTraceCommands(CLI::App &app, Action &action)
   f->given["--concurrency"] = synth->add_option("--concurrency", f->concurrency, "fixed concurrency (arrivals = fixed)");
   f->given["--rate"] = synth->add_option("--rate", f->rate, "Poisson arrivals per step (arrivals = poisson)");
   f->given["--budget"] = synth->add_option("--budget", f->budget, "DDTree node budget (tree = budget + root)");
+  f->given["--drafter"] = synth->add_option("--drafter", f->drafter, "drafter profile: chat (default) or math500; the flags below refine it");
+  f->given["--max-depth"] = synth->add_option("--max-depth", f->max_depth, "draft positions L (tree depth limit)");
+  f->given["--top-k"] = synth->add_option("--top-k", f->top_k, "ranks per position in the drafter's marginals");
+  f->given["--alpha-top"] = synth->add_option("--alpha-top", f->alpha_top, "Dirichlet weight of the top-1 token at depth 1");
+  f->given["--alpha-rest"] = synth->add_option("--alpha-rest", f->alpha_rest, "Dirichlet weight of each rank 2..top_k");
+  f->given["--alpha-tail"] = synth->add_option("--alpha-tail", f->alpha_tail, "Dirichlet weight of the mass off the list");
+  f->given["--depth-decay"] = synth->add_option("--depth-decay", f->depth_decay, "alpha_top shrinks by this factor per depth");
+  f->given["--agreement"] = synth->add_option("--agreement", f->agreement, "probability that the target draws from the drafter's marginal");
+  f->given["--sharpness"] = synth->add_option("--sharpness", f->sharpness, "target's rank weights = drafter's ^ sharpness (1 = calibrated drafter)");
+  f->given["--prompt"] = synth->add_option("--prompt", f->prompt, "fixed prompt length (P of a request's first step)");
+  f->given["--output"] = synth->add_option("--output", f->output, "fixed output length per request");
+  f->given["--initial-run"] = synth->add_option("--initial-run", f->initial_run, "start with a fragmented pool: shuffled runs of N slots (0 = in order)");
+  synth->add_option("--summary", f->summary, "also write the synthesis statistics (acceptance, tree shape) as JSON");
   f->given["--heads"] = synth->add_option("--heads", f->heads, "query heads per GPU");
   f->given["--num-slots"] = synth->add_option("--num-slots", f->num_slots, "KV pool slots");
   f->given["--compact-every"] = synth->add_option("--compact-every", f->compact_every, "defragment every N steps (0 = never)");

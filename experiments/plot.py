@@ -10,6 +10,8 @@ sweep supports (each skipped figure is named with the reason):
     <experiment>_roofline  achieved TFLOP/s vs arithmetic intensity with the run's measured ceilings
     <experiment>_speedup   speedup against the run's baseline over (T, P), per design and B
     <experiment>_options   option sweeps (NSPLIT, workspace, graph vs eager, mask, KV slots) per shape
+    <experiment>_model     with --model latency_model.json (experiments/budget/): the latency model
+                           against the measured budget curve, a panel per (B, P)
 Reads named fields only (never table text). Plotting code: experiments/plots/.
 """
 import argparse
@@ -36,6 +38,7 @@ def main(argv=None):
     ap.add_argument("results", help="results.json written by canopy run")
     ap.add_argument("--out", "--out-dir", dest="out", default=None, help="where figures go (default: beside results.json)")
     ap.add_argument("--format", nargs="+", default=["png,pdf"], help="png, pdf, svg; comma- or space-separated")
+    ap.add_argument("--model", default=None, help="a latency model (experiments/budget/) to draw against the rows")
     args = ap.parse_args(argv)
     try:
         formats = parse_formats(args.format)
@@ -50,7 +53,15 @@ def main(argv=None):
         print(f"plot.py: error: cannot read results '{args.results}': {e}", file=sys.stderr)
         return 2
     out_dir = args.out or os.path.dirname(os.path.abspath(args.results))
-    written, skipped = render_all(results, out_dir, formats)
+    model = None
+    if args.model:
+        try:
+            with open(args.model, encoding="utf-8") as f:
+                model = json.load(f)
+        except (OSError, ValueError) as e:
+            print(f"plot.py: error: cannot read model '{args.model}': {e}", file=sys.stderr)
+            return 2
+    written, skipped = render_all(results, out_dir, formats, model=model)
     for path in written:
         print(f"wrote {path}")
     for kind, reason in skipped:

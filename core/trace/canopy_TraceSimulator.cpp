@@ -55,6 +55,41 @@ LengthDistribution::Kind parseLengthKind(std::string const &name, std::string co
 
 std::string toString(SimulatorConfig::Arrivals a) { return a == SimulatorConfig::Arrivals::kFixed ? "fixed" : "poisson"; }
 
+std::vector<DrafterProfile> const &drafterProfiles()
+{
+  // Calibrated by simulating the walk over many steps and matching the published numbers; the
+  // sources and the fit are in docs/trace-format.md ("Drafter profiles").
+  static std::vector<DrafterProfile> const profiles{
+      {"chat", "mean accepted length 5.98 at budget 32 (4.6 at 8, 6.6 at 64); rank-1 sibling at 36.9% of first mismatches",
+       15, 8, 16.0, 0.3, 0.45, 0.95, 0.965, 1.0},
+      {"math500", "DDTree (Ringel and Romano 2026) Figure 3: MATH-500, Qwen3-8B, temperature 0, acceptance length at budgets 16..1024; Table 1: DFlash single block 7.79",
+       15, 16, 19.70, 0.2401, 0.7833, 1.0, 0.9945, 1.277},
+  };
+  return profiles;
+}
+
+void applyDrafterProfile(SimulatorConfig &c, std::string const &name, std::string const &key)
+{
+  std::string known;
+  for (DrafterProfile const &p : drafterProfiles())
+  {
+    if (p.name == name)
+    {
+      c.max_depth = p.max_depth;
+      c.top_k = p.top_k;
+      c.alpha_top = p.alpha_top;
+      c.alpha_rest = p.alpha_rest;
+      c.alpha_tail = p.alpha_tail;
+      c.depth_decay = p.depth_decay;
+      c.agreement = p.agreement;
+      c.sharpness = p.sharpness;
+      return;
+    }
+    known += (known.empty() ? "" : ", ") + p.name;
+  }
+  throw InputError(key + ": unknown drafter profile '" + name + "' (known: " + known + ")");
+}
+
 namespace
 {
 [[noreturn]] void badKey(std::string const &key, std::string const &value, std::string const &rule)
@@ -131,11 +166,27 @@ int64_t samplePoisson(SplitMix64 &rng, double lambda)
 class SlotAllocator
 {
 public:
-  SlotAllocator(int64_t num_slots, bool sort_free) : _sort(sort_free)
+  SlotAllocator(int64_t num_slots, bool sort_free, int64_t initial_run, SplitMix64 &rng) : _sort(sort_free)
   {
     _free.reserve(static_cast<size_t>(num_slots));
     for (int64_t s = 1; s < num_slots; ++s)  // slot 0 is the padding slot, never handed out
       _free.push_back(s);
+    if (initial_run <= 0)
+      return;
+    // A pool that starts fragmented (as after long churn): runs of initial_run consecutive slots
+    // in a random order (Fisher-Yates over the runs).
+    int64_t const n = static_cast<int64_t>(_free.size()), runs = (n + initial_run - 1) / initial_run;
+    std::vector<int64_t> order(static_cast<size_t>(runs));
+    for (int64_t i = 0; i < runs; ++i)
+      order[static_cast<size_t>(i)] = i;
+    for (int64_t i = runs - 1; i > 0; --i)
+      std::swap(order[static_cast<size_t>(i)], order[rng.below(static_cast<uint64_t>(i + 1))]);
+    std::vector<int64_t> shuffled;
+    shuffled.reserve(_free.size());
+    for (int64_t r : order)
+      for (int64_t s = r * initial_run; s < std::min(n, (r + 1) * initial_run); ++s)
+        shuffled.push_back(_free[static_cast<size_t>(s)]);
+    _free.swap(shuffled);
   }
   int64_t available() const { return static_cast<int64_t>(_free.size() - _head + _release.size()); }
 
@@ -229,6 +280,7 @@ public:
   {
     _q.resize(static_cast<size_t>((c.max_depth + 1) * (c.top_k + 1)));
     _logq.resize(_q.size());
+    _target.resize(_q.size());
   }
 
   /// Per-depth marginals (sorted Dirichlet draws); index [d][r], r = top_k is the tail mass.
@@ -250,6 +302,14 @@ public:
       std::sort(q, q + k, [](double a, double b) { return a > b; });
       for (int r = 0; r <= k; ++r)
         _logq[static_cast<size_t>(d * (k + 1) + r)] = std::log(q[r]);
+      // The target's distribution over the same ranks: q^sharpness, renormalised (1 = the drafter
+      // is calibrated; > 1 = the target is surer of the top ranks than the drafter's marginal).
+      double *t = &_target[static_cast<size_t>(d * (k + 1))];
+      double tsum = 0;
+      for (int r = 0; r <= k; ++r)
+        tsum += t[r] = _c.sharpness == 1.0 ? q[r] : std::pow(q[r], _c.sharpness);
+      for (int r = 0; r <= k && _c.sharpness != 1.0; ++r)
+        t[r] /= tsum;
     }
   }
   double q(int d, int r) const { return _q[static_cast<size_t>(d * (_c.top_k + 1) + r)]; }
@@ -294,7 +354,7 @@ public:
     double u = rng.uniform();
     for (int r = 0; r < _c.top_k; ++r)
     {
-      u -= q(d, r);
+      u -= _target[static_cast<size_t>(d * (_c.top_k + 1) + r)];
       if (u < 0)
         return r;
     }
@@ -303,7 +363,7 @@ public:
 
 private:
   SimulatorConfig const &_c;
-  std::vector<double> _q, _logq;
+  std::vector<double> _q, _logq, _target;
 };
 
 /// Mean run of consecutive slots over the prefixes of the recorded rows.
@@ -337,7 +397,9 @@ void validateSimulatorConfig(SimulatorConfig const &c)
   checkRange("draft.alpha_tail", c.alpha_tail, 1e-3, 1e6);
   checkRange("draft.depth_decay", c.depth_decay, 1e-3, 2);
   checkRange("target.agreement", c.agreement, 0, 1);
+  checkRange("target.sharpness", c.sharpness, 0.05, 20);
   checkRange("pool.compact_every", static_cast<double>(c.compact_every), 0, 1e12);
+  checkRange("pool.initial_run", static_cast<double>(c.initial_run), 0, 1e12);
   checkRange("values.q_scale", c.q_scale, 1e-6, 1e4);
   checkRange("values.kv_scale", c.kv_scale, 1e-6, 1e4);
   // One request at its longest, with its tree, must fit beside the padding slot, or it could wait forever.
@@ -360,7 +422,8 @@ TraceColumns simulateTrace(SimulatorConfig const &c, SimulatorSummary *summary)
   out.num_slots = c.num_slots;
   out.created = isoTimestampNow();
 
-  SlotAllocator pool(c.num_slots, c.sort_free);
+  SplitMix64 pool_rng(c.seed * 0x9e3779b97f4a7c15ull + 4);
+  SlotAllocator pool(c.num_slots, c.sort_free, c.initial_run, pool_rng);
   std::deque<Request> waiting;
   std::vector<Request> running;
   int64_t next_id = 0;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace canopy
 {
@@ -60,11 +61,14 @@ struct SimulatorConfig
   // KV pool: token-granular slots [1, num_slots) (slot 0 is reserved for padding, as in SGLang).
   int64_t num_slots = 1 << 20;
   bool sort_free = false;      ///< merge and sort released slots when the free list runs short (SGLang need_sort)
+  int64_t initial_run = 0;     ///< > 0: the pool starts fragmented, its free list in shuffled runs of this many slots
   int64_t compact_every = 0;   ///< defragment every N steps (0 = never), for A/B studies
 
   // Drafter (DDTree over a block-16 DFlash drafter): per-depth top-k marginals are sorted draws of
   // Dirichlet(alpha_top * depth_decay^(d-1), alpha_rest x (top_k - 1), alpha_tail); the tree is the
-  // best-first expansion of the rank lattice by path probability: `budget` nodes plus the root.
+  // best-first expansion of the rank lattice by path probability: `budget` nodes plus the root, as
+  // DDTree's Algorithm 1 (the root, the previous bonus token, does not count toward the budget).
+  // The parameters below are the "chat" profile (drafterProfiles() lists the others).
   int budget = 32;
   int max_depth = 15;
   int top_k = 8;
@@ -79,6 +83,7 @@ struct SimulatorConfig
   // Target: at each depth, with probability `agreement` its token is drawn from the drafter's
   // marginal (rank r with probability q_d(r), off the list with the tail mass), else off the list.
   double agreement = 0.965;
+  double sharpness = 1.0;  ///< the target's rank r has weight q(r)^sharpness (renormalised) instead of q(r)
 
   // Values for numerical replay: random q and pool (uniform in [-scale, scale]) and the expected
   // output, referenceAttention rounded to bf16. Large: q alone is N x H x 1152 bytes.
@@ -87,6 +92,19 @@ struct SimulatorConfig
   float q_scale = 1.0f, kv_scale = 1.0f;
 };
 std::string toString(SimulatorConfig::Arrivals a);
+
+/// \brief A named set of drafter and target parameters (top_k, alpha_*, depth_decay, agreement,
+/// sharpness, max_depth), calibrated against published DDTree statistics (docs/trace-format.md says which).
+struct DrafterProfile
+{
+  std::string name, calibration;
+  int max_depth, top_k;
+  double alpha_top, alpha_rest, alpha_tail, depth_decay, agreement, sharpness;
+};
+std::vector<DrafterProfile> const &drafterProfiles();
+/// \brief Sets the drafter and target fields of \p config from the profile; InputError naming
+/// \p key and the known names when there is none called \p name.
+void applyDrafterProfile(SimulatorConfig &config, std::string const &name, std::string const &key = "draft.profile");
 
 /// \brief Range checks; InputError naming the config key (e.g. "draft.budget") and its value.
 void validateSimulatorConfig(SimulatorConfig const &config);

@@ -36,26 +36,47 @@ TraceStats computeTraceStats(TraceColumns const &c)
   s.rows = c.numRows();
   s.nodes = c.numNodes();
   s.prefix_tokens = static_cast<int64_t>(c.kv_indices.size());
-  std::vector<int64_t> batch, prefix, tree, depth, step_tokens;
+  std::vector<int64_t> batch, prefix, tree, depth, root_children, widest, step_tokens;
+  int64_t internal_nodes = 0, child_links = 0;
   for (int64_t st = 0; st < s.steps; ++st)
   {
     batch.push_back(c.request_offset[st + 1] - c.request_offset[st]);
     step_tokens.push_back(c.kv_offset[c.request_offset[st + 1]] - c.kv_offset[c.request_offset[st]]);
   }
   std::vector<int32_t> node_depth;
+  std::vector<int64_t> per_depth;
+  std::vector<uint8_t> has_child;
   for (int64_t r = 0; r < s.rows; ++r)
   {
     prefix.push_back(c.kv_offset[r + 1] - c.kv_offset[r]);
     int64_t const n0 = c.tree_offset[r], t = c.tree_offset[r + 1] - n0;
     tree.push_back(t);
     node_depth.assign(static_cast<size_t>(t), 0);
+    per_depth.assign(static_cast<size_t>(t), 0);
+    has_child.assign(static_cast<size_t>(t), 0);
     int32_t deepest = 0;
-    for (int64_t i = 1; i < t; ++i)
+    int64_t roots = 0;
+    for (int64_t i = 0; i < t; ++i)
     {
-      node_depth[static_cast<size_t>(i)] = node_depth[static_cast<size_t>(c.parent[n0 + i])] + 1;
+      int32_t const p = c.parent[n0 + i];
+      if (p >= 0)
+      {
+        node_depth[static_cast<size_t>(i)] = node_depth[static_cast<size_t>(p)] + 1;
+        has_child[static_cast<size_t>(p)] = 1;
+        roots += p == 0 ? 1 : 0;
+      }
       deepest = std::max(deepest, node_depth[static_cast<size_t>(i)]);
+      ++per_depth[static_cast<size_t>(node_depth[static_cast<size_t>(i)])];
     }
-    depth.push_back(deepest);
+    if (t > 0)
+    {
+      depth.push_back(deepest);
+      root_children.push_back(roots);
+      widest.push_back(*std::max_element(per_depth.begin(), per_depth.end()));
+      for (int64_t i = 0; i < t; ++i)
+        internal_nodes += has_child[static_cast<size_t>(i)];
+      child_links += t - std::count(c.parent.begin() + n0, c.parent.begin() + n0 + t, -1);
+    }
     for (int64_t k = c.kv_offset[r]; k < c.kv_offset[r + 1]; ++k)
       s.prefix_runs += (k == c.kv_offset[r] || c.kv_indices[k] != c.kv_indices[k - 1] + 1) ? 1 : 0;
   }
@@ -63,6 +84,9 @@ TraceStats computeTraceStats(TraceColumns const &c)
   s.prefix = summarize(std::move(prefix));
   s.tree = summarize(std::move(tree));
   s.depth = summarize(std::move(depth));
+  s.root_children = summarize(std::move(root_children));
+  s.widest = summarize(std::move(widest));
+  s.mean_branching = internal_nodes > 0 ? static_cast<double>(child_links) / static_cast<double>(internal_nodes) : 0;
   s.step_tokens = summarize(std::move(step_tokens));
   s.mean_run_length = s.prefix_runs > 0 ? static_cast<double>(s.prefix_tokens) / static_cast<double>(s.prefix_runs) : 0;
   std::unordered_set<int64_t> ids(c.request_id.begin(), c.request_id.end());
@@ -128,6 +152,9 @@ std::string formatTraceStats(TraceInfo const &info, TraceStats const &s)
   row(out, "P (request)", s.prefix);
   row(out, "T (request)", s.tree);
   row(out, "tree depth (request)", s.depth);
+  row(out, "root fan-out (request)", s.root_children);
+  row(out, "widest level (request)", s.widest);
+  appendf(out, "\nbranching: %.2f children per internal tree node\n", s.mean_branching);
   appendf(out, "\nfragmentation: %lld runs of consecutive slots, mean run length %.2f tokens (1 = scattered)\n",
           static_cast<long long>(s.prefix_runs), s.mean_run_length);
   if (s.accepted_histogram.empty())

@@ -1,6 +1,6 @@
 /// \file canopy_TraceStats.hpp
 /// \brief What `canopy trace info` reports: batch sizes, P and T distributions, acceptance
-/// histogram, tree depths and KV fragmentation (mean run of consecutive slots).
+/// histogram, tree depth, fan-out and branching, and KV fragmentation (mean run of consecutive slots).
 #pragma once
 
 #include "canopy_Trace.hpp"
@@ -28,6 +28,9 @@ struct TraceStats
   Distribution prefix;       ///< P per request row
   Distribution tree;         ///< T per request row
   Distribution depth;        ///< max node depth per tree
+  Distribution root_children;  ///< children of the root per tree (the tree's width at depth 1)
+  Distribution widest;       ///< most nodes at one depth, per tree
+  double mean_branching = 0; ///< children per internal (non-leaf) node, over all trees
   Distribution step_tokens;  ///< sum P per step (kv_indices per step)
   std::vector<int64_t> accepted_histogram;  ///< [a] = rows with accepted length a; empty when not recorded
   double mean_accepted = 0;

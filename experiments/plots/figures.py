@@ -356,13 +356,18 @@ FIGURES = (("prefix", prefix_figure), ("tree", tree_figure), ("roofline", roofli
            ("speedup", speedup_figure), ("options", options_figure))
 
 
-def render_all(results, out_dir, formats):
-    """Every figure the results support; returns (paths written, [(figure, reason skipped)])."""
+def render_all(results, out_dir, formats, model=None):
+    """Every figure the results support (and, given a latency model, the model against the rows);
+    returns (paths written, [(figure, reason skipped)])."""
     run = data.Run(results)
     if not run.rows:
         return [], [("all", "no timed rows in the results")]
     written, skipped = [], []
-    for kind, make in FIGURES:
+    figures = FIGURES
+    if model is not None:
+        from . import budget
+        figures = FIGURES + (("model", lambda r: budget.model_figure(r, model)),)
+    for kind, make in figures:
         made, reason = make(run)
         if made is None:
             skipped.append((kind, reason))

@@ -139,7 +139,10 @@ TEST(ExperimentConfig, bundledConfigsParse)
     }
     catch (InputError const &err)
     {
-      EXPECT_NE(std::string(err.what()).find("is not compiled into this build"), std::string::npos)
+      // budget-study.toml names traces that its pipeline (experiments/budget/) synthesizes first.
+      bool const traces_made_later = e.path().filename() == "budget-study.toml" &&
+                                     std::string(err.what()).find("no such file 'out/budget-study/traces/") != std::string::npos;
+      EXPECT_TRUE(traces_made_later || std::string(err.what()).find("is not compiled into this build") != std::string::npos)
           << e.path() << ": " << err.what();
     }
   }

@@ -206,6 +206,92 @@ TEST(TraceSimulator, acceptanceMatchesItsCalibration)
   EXPECT_LT(weak.mean_accepted, 0.6 * s.mean_accepted);
 }
 
+// DDTree trees at the budget study's sizes (T = 16..1024 nodes) from the profile calibrated to the
+// DDTree paper's MATH-500 curve (docs/trace-format.md): valid trees of exactly T nodes, deep along
+// the likely path and wide near the root, wider and deeper as the budget grows, and acceptance that
+// grows with the budget, within the calibration's stated residuals (docs/trace-format.md: within
+// 0.6 of the published curve up to 128 nodes, 1.5 above).
+TEST(TraceSimulator, ddtreeBudgetsFrom16To1024)
+{
+  SimulatorConfig c;
+  applyDrafterProfile(c, "math500");
+  c.steps = 100;
+  c.concurrency = 4;
+  c.prompt = {LengthDistribution::Kind::kFixed, 64, 1, 1, 1, 0};
+  c.output = {LengthDistribution::Kind::kFixed, 100000, 1, 1, 1, 0};
+  c.num_slots = 1 << 20;
+  // Published acceptance lengths at DDTree budgets 16..1024 (Figure 3), indexed like the sizes.
+  std::vector<int> const nodes{16, 32, 64, 128, 256, 512, 1024};
+  std::vector<double> const published{8.6, 9.27, 9.75, 10.2, 10.42, 10.73, 10.97};
+  double prev_accepted = 0, prev_depth = 0, prev_fanout = 0;
+  for (size_t i = 0; i < nodes.size(); ++i)
+  {
+    SCOPED_TRACE("T = " + std::to_string(nodes[i]));
+    c.budget = nodes[i] - 1;
+    SimulatorSummary sum;
+    TraceColumns const t = simulateTrace(c, &sum);
+    for (int64_t r = 0; r < t.numRows(); ++r)
+    {
+      std::vector<int32_t> const parent(t.parent.begin() + t.tree_offset[r], t.parent.begin() + t.tree_offset[r + 1]);
+      ASSERT_EQ(static_cast<int>(parent.size()), nodes[i]);
+      ASSERT_NO_THROW(validateTree(parent));  // one root, parents precede children
+      for (size_t n = 1; n < parent.size(); ++n)
+        ASSERT_LT(parent[n], static_cast<int32_t>(n));
+    }
+    TraceStats const s = computeTraceStats(t);
+    EXPECT_LE(s.depth.max, 15) << "a block-16 drafter drafts 15 positions";
+    // Deep along the most likely path: even the smallest tree reaches well past half the block.
+    EXPECT_GE(s.depth.mean, 9.0);
+    // Wide near the root: the root's fan-out grows with the budget but stays within top_k.
+    EXPECT_LE(s.root_children.max, 16);
+    EXPECT_GE(s.depth.mean, prev_depth - 0.05);
+    EXPECT_GE(s.root_children.mean, prev_fanout - 0.05);
+    EXPECT_GT(s.mean_branching, 1.0);
+    EXPECT_NEAR(sum.mean_accepted, published[i], nodes[i] <= 128 ? 1.0 : 2.0);
+    EXPECT_GE(sum.mean_accepted, prev_accepted - 0.1) << "acceptance does not fall as the budget grows";
+    if (nodes[i] == 1024)
+    {
+      EXPECT_GE(s.root_children.mean, 3.0) << "a 1024-node tree is wide at depth 1";
+      EXPECT_GE(s.widest.mean, 64.0);
+    }
+    prev_accepted = sum.mean_accepted;
+    prev_depth = s.depth.mean;
+    prev_fanout = s.root_children.mean;
+  }
+}
+
+TEST(TraceSimulator, fragmentedPoolFromTheStart)
+{
+  SimulatorConfig c = mediumConfig(12);
+  c.warmup_steps = 0;
+  c.steps = 5;
+  TraceStats const fresh = computeTraceStats(simulateTrace(c));
+  c.initial_run = 16;
+  TraceColumns const t = simulateTrace(c);
+  EXPECT_NO_THROW(validateTraceColumns(t));
+  expectNoDoubleBooking(t);
+  TraceStats const frag = computeTraceStats(t);
+  // Runs of 16 in a random order: the mean run is about 16 (neighbouring runs rarely line up).
+  EXPECT_GT(frag.mean_run_length, 10.0);
+  EXPECT_LT(frag.mean_run_length, 24.0);
+  EXPECT_GT(fresh.mean_run_length, 2.0 * frag.mean_run_length);
+}
+
+TEST(TraceSimulator, drafterProfilesByName)
+{
+  SimulatorConfig c;
+  applyDrafterProfile(c, "math500");
+  EXPECT_EQ(c.top_k, 16);
+  EXPECT_GT(c.sharpness, 1.0);
+  applyDrafterProfile(c, "chat");
+  SimulatorConfig const defaults;
+  EXPECT_EQ(c.top_k, defaults.top_k);
+  EXPECT_EQ(c.alpha_top, defaults.alpha_top);
+  EXPECT_EQ(c.agreement, defaults.agreement);
+  EXPECT_EQ(c.sharpness, defaults.sharpness);
+  expectInputError([&] { applyDrafterProfile(c, "eagle", "--drafter"); }, {"--drafter", "eagle", "math500"});
+}
+
 TEST(TraceSimulator, longContextsArePossible)
 {
   SimulatorConfig cfg;
@@ -236,6 +322,8 @@ TEST(TraceSimulator, badConfigsNameTheKey)
   bad([](SimulatorConfig &c) { c.output.max = c.output.min - 1; }, "output.max");
   bad([](SimulatorConfig &c) { c.concurrency = 0; }, "arrivals.concurrency");
   bad([](SimulatorConfig &c) { c.shape.num_heads = 0; }, "model.num_heads");
+  bad([](SimulatorConfig &c) { c.sharpness = 0; }, "target.sharpness");
+  bad([](SimulatorConfig &c) { c.initial_run = -1; }, "pool.initial_run");
   expectInputError([] { parseLengthKind("zipf", "prompt.dist"); }, {"prompt.dist", "zipf"});
 }
 

@@ -45,6 +45,14 @@ TEST(TraceStats, handTraceGivesKnownNumbers)
   EXPECT_EQ(s.tree.max, 4);
   EXPECT_EQ(s.depth.max, 2);
   EXPECT_EQ(s.depth.min, 1);
+  // Trees {-1 0 1}, {-1 0}, {-1 0 0 2}: root fan-out 1, 1, 2; widest level 1, 1, 2; 6 child links
+  // from 5 internal nodes.
+  EXPECT_EQ(s.root_children.min, 1);
+  EXPECT_EQ(s.root_children.max, 2);
+  EXPECT_DOUBLE_EQ(s.root_children.mean, 4.0 / 3.0);
+  EXPECT_EQ(s.widest.max, 2);
+  EXPECT_EQ(s.widest.min, 1);
+  EXPECT_DOUBLE_EQ(s.mean_branching, 6.0 / 5.0);
   EXPECT_EQ(s.step_tokens.max, 8);
   EXPECT_EQ(s.max_slot, 53);
   ASSERT_EQ(s.accepted_histogram.size(), 4u);
@@ -56,5 +64,6 @@ TEST(TraceStats, handTraceGivesKnownNumbers)
   std::string const text = formatTraceStats(info, s);
   EXPECT_NE(text.find("mean run length 2.33"), std::string::npos) << text;
   EXPECT_NE(text.find("mean accepted length 2.000"), std::string::npos) << text;
+  EXPECT_NE(text.find("branching: 1.20 children per internal tree node"), std::string::npos) << text;
 }
 } // namespace canopy::test

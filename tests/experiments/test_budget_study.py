@@ -1,0 +1,118 @@
+#!/usr/bin/python3
+"""The budget study end to end at ctest size, and the latency model on its own.
+
+    test_budget_study.py CANOPY_BINARY
+
+Runs experiments/budget/budget_study.py on tests/experiments/budget_tiny.toml (host design, 12
+traces) in a temporary folder, then checks that the model file follows its schema, reproduces every
+measured point (the grid exactly, the fitted form within the error it states), and that the curve,
+the acceptance curve and the model figure are written. The model is also checked on data with known
+answers: the fit recovers known coefficients, best_budget picks the known optimum, and validate()
+rejects broken files."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "experiments", "budget"))
+import latency_model  # noqa: E402
+
+CANOPY = None
+
+
+class Pipeline(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="budget-tiny-")
+        config = os.path.join(ROOT, "tests", "experiments", "budget_tiny.toml")
+        cmd = ["/usr/bin/python3", os.path.join(ROOT, "experiments", "budget", "budget_study.py"), "--config", config,
+               "--canopy", CANOPY, "--out", "out", "--peer", "none", "--format", "png"]
+        cls.proc = subprocess.run(cmd, cwd=cls.dir, capture_output=True, text=True, timeout=600)
+        cls.out = os.path.join(cls.dir, "out", "budget")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def test_exit_code(self):
+        self.assertEqual(self.proc.returncode, 0, self.proc.stdout + self.proc.stderr)
+
+    def test_model_schema_and_points(self):
+        with open(os.path.join(self.out, "latency_model.json")) as f:
+            model = json.load(f)
+        latency_model.validate(model)
+        self.assertEqual(list(model["designs"]), ["kokkos-team"])
+        with open(os.path.join(self.out, "results.json")) as f:
+            rows = [r for r in json.load(f)["rows"] if r["status"] == "ok"]
+        self.assertEqual(len(rows), 12)
+        lm = latency_model.LatencyModel(model)
+        fit = model["designs"]["kokkos-team"]["fit"]
+        self.assertLess(fit["max_rel_error"], 1.0, "a fit this far off explains nothing")
+        for r in rows:
+            dims = dict(tok.split("=") for tok in r["input"].split())
+            B, T, P = int(dims["B"]), int(dims["T"]), int(dims["P"])
+            measured = r["median_s"]
+            self.assertGreater(measured, 0)
+            self.assertAlmostEqual(lm.latency("kokkos-team", B, P, T) / measured, 1.0, places=12, msg=r["input"])
+            self.assertLessEqual(abs(lm.fitted("kokkos-team", B, P, T) / measured - 1), fit["max_rel_error"] + 1e-12)
+        with self.assertRaises(ValueError):
+            lm.latency("kokkos-team", 1, 64, 17)  # above the largest tree measured
+
+    def test_curve_acceptance_and_figures(self):
+        with open(os.path.join(self.out, "budget-curve.md")) as f:
+            text = f.read()
+        self.assertIn("| 2 | 256 | 16 |", text)
+        with open(os.path.join(self.out, "acceptance.json")) as f:
+            acc = json.load(f)
+        self.assertEqual(sorted(acc, key=int), ["4", "8", "16"])
+        self.assertTrue(all(1 <= v <= 16 for v in acc.values()))
+        self.assertLessEqual(acc["4"], acc["16"] + 0.5)
+        for stem in ("budget-tiny_tree.png", "budget-tiny_model.png"):
+            self.assertTrue(os.path.getsize(os.path.join(self.out, stem)) > 1000, stem)
+
+
+class Model(unittest.TestCase):
+    COEF = {"1": 5e-6, "B*T": 0.0, "B*P": 2e-9, "B*T*P": 3e-12, "B*T^2": 4e-11}
+
+    def points(self):
+        c = [self.COEF[t] for t in latency_model.TERMS]
+        return [(B, P, T, latency_model._eval(c, B, P, T)) for B in (1, 8) for P in (4096, 16384, 65536)
+                for T in (16, 64, 256, 1024)]
+
+    def test_fit_recovers_known_coefficients(self):
+        coef, max_err, _ = latency_model.fit_form(self.points())
+        self.assertLess(max_err, 1e-9)
+        for t, v in self.COEF.items():
+            self.assertAlmostEqual(coef[t], v, delta=1e-6 * max(v, 1e-12) + 1e-18, msg=t)
+
+    def test_best_budget_formula(self):
+        model = latency_model.LatencyModel(latency_model.build_model({"d": self.points()}))
+        acc = {16: 8.6, 64: 9.75, 256: 10.42, 1024: 10.97}
+        T, rate, table = model.best_budget("d", 1, 65536, acc, draft_s=1e-3, layers=61)
+        expect = max(acc, key=lambda t: acc[t] / (1e-3 + 61 * model.latency("d", 1, 65536, t)))
+        self.assertEqual(T, expect)
+        self.assertAlmostEqual(rate, acc[T] / (1e-3 + 61 * model.latency("d", 1, 65536, T)))
+        self.assertEqual(len(table), 4)
+
+    def test_validate_rejects_broken_models(self):
+        good = latency_model.build_model({"d": self.points()})
+        latency_model.validate(good)
+        for edit, what in ((lambda m: m.update(schema="x"), "schema"),
+                           (lambda m: m["designs"]["d"]["fit"]["coefficients"].update({"B*P": -1.0}), "coefficients"),
+                           (lambda m: m["designs"]["d"]["fit"]["coefficients"].pop("1"), "coefficients"),
+                           (lambda m: m["designs"]["d"]["grid"]["median_s"][0][0].pop(), "median_s"),
+                           (lambda m: m["designs"]["d"]["grid"]["T"].reverse(), "grid.T")):
+            bad = json.loads(json.dumps(good))
+            edit(bad)
+            with self.assertRaises(ValueError) as e:
+                latency_model.validate(bad)
+            self.assertIn(what, str(e.exception))
+
+
+if __name__ == "__main__":
+    CANOPY = os.path.abspath(sys.argv.pop(1))
+    unittest.main()
