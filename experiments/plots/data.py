@@ -71,6 +71,7 @@ class Row:
         self.total = num("total_median_s") or self.median * max(1, int(raw.get("steps") or 1))
         self.flops, self.bytes = num("flops"), num("bytes_min")
         self.roofline_s, self.mma_roofline_s = num("roofline_s"), num("mma_roofline_s")
+        self.fma_roofline_s = num("fma_roofline_s")
         self.speedup = num("speedup")
         self.tflops = num("tflops") or (self.flops / self.total / 1e12 if self.total > 0 else 0.0)
 
@@ -138,6 +139,7 @@ class Run:
 _PEAK_PATTERNS = {
     "gemm": r"bf16 GEMM ([\d.]+) TFLOP/s",
     "mma": r"mma\.sync bf16 ([\d.]+) TFLOP/s",
+    "fma": r"fp32 FMA ([\d.]+) TFLOP/s",
     "copy": r"copy ([\d.]+) TB/s",
 }
 
@@ -162,7 +164,7 @@ def _derive(rows, bound_attr, known_flops=None, known_bytes=None):
 
 
 def ceilings(run):
-    """{'gemm': TFLOP/s, 'mma': TFLOP/s, 'copy': TB/s} for the ceilings known; each measured in the run
+    """{'gemm': TFLOP/s, 'mma': TFLOP/s, 'fma': TFLOP/s, 'copy': TB/s} for the ceilings known; each measured in the run
     (environment 'peaks' text) or pinned down by the rows' bound columns; missing ones are absent."""
     text = run.env.get("peaks", "")
     out = {name: float(m.group(1)) for name, pattern in _PEAK_PATTERNS.items() if (m := re.search(pattern, text))}
@@ -170,7 +172,8 @@ def ceilings(run):
     known = lambda name: out[name] * tera if name in out else None  # noqa: E731
     gemm, copy = _derive(run.rows, "roofline_s", known("gemm"), known("copy"))
     mma, _ = _derive(run.rows, "mma_roofline_s", known("mma"), copy)
-    for name, value in (("gemm", gemm), ("copy", copy), ("mma", mma)):
+    fma, _ = _derive(run.rows, "fma_roofline_s", known("fma"), copy)
+    for name, value in (("gemm", gemm), ("copy", copy), ("mma", mma), ("fma", fma)):
         if value and name not in out:
             out[name] = value / tera
     return out

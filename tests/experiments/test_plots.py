@@ -16,14 +16,15 @@ PLOT = os.path.join(ROOT, "experiments", "plot.py")
 sys.path.insert(0, os.path.join(ROOT, "experiments"))
 from plots import data, style  # noqa: E402
 
-GEMM, MMA, COPY = 800e12, 640e12, 4.27e12
+GEMM, MMA, FMA, COPY = 800e12, 640e12, 60e12, 4.27e12
 GPU_ENV = {
     "canopy_version": "0.1.0", "config": "experiments/configs/designs.toml", "config_hash": "1eab1f92dd594e2d",
     "date": "2026-11-29T09:43:55Z", "git": "62ef037f954f", "gpu": "NVIDIA H200", "gpu_cc": "9.0",
     "device": "GPU: NVIDIA H200 (sm_90, 132 SMs, 60 MB L2, 140 GB, driver 13.0, runtime 13.0) — an H200 "
               "(sm_90) proxy for the sm_120 design target",
     "peaks": "bf16 GEMM 800.0 TFLOP/s (cuBLAS 8192x8192x8192, random data, median of 10); D2D copy 4.27 TB/s "
-             "(2.1 GB, read + write, median of 10); mma.sync bf16 640.0 TFLOP/s (registers, 16 warps/SM, median of 5)",
+             "(2.1 GB, read + write, median of 10); mma.sync bf16 640.0 TFLOP/s (registers, 16 warps/SM, median of 5); "
+             "fp32 FMA 60.0 TFLOP/s (registers, 64 warps/SM, median of 5)",
     "host_cores": "16", "kokkos_version": "3.4.1", "seed": "1",
 }
 HOST_ENV = {"canopy_version": "0.1.0", "config": "tests/experiments/tiny_run.toml", "date": "2026-12-02T03:20:46Z",
@@ -45,6 +46,7 @@ def row(design, B, T, P, H=8, slowdown=None, suffix="", **fields):
          "p10_s": median * 0.98, "p90_s": median * 1.03, "path": f"{design}/mma/tree", "rel_l2_error": 1.9e-3,
          "roofline_fraction": bound / median, "roofline_s": bound, "mma_roofline_s": max(flops / MMA, nbytes / COPY),
          "mma_roofline_fraction": max(flops / MMA, nbytes / COPY) / median, "samples": 30, "speedup": 1.0,
+         "fma_roofline_s": max(flops / FMA, nbytes / COPY), "fma_roofline_fraction": max(flops / FMA, nbytes / COPY) / median,
          "status": "ok", "steps": 1, "tflops": flops / median / 1e12, "total_median_s": median,
          "workspace": "persistent", "workspace_bytes": 1.2e7}
     r.update(fields)
@@ -76,7 +78,8 @@ def fixtures():
     rows = grid(["cuda-sm120", "cuda-flat"], [1, 8], [33], [4096, 16384, 65536, 131072])
     for r in grid(["torch-reference"], [1, 8], [33], [4096, 16384, 65536, 131072]):
         rows.append({k: v for k, v in r.items()
-                     if k not in ("mma_roofline_s", "mma_roofline_fraction", "path", "workspace_bytes", "checked_steps")})
+                     if k not in ("mma_roofline_s", "mma_roofline_fraction", "fma_roofline_s", "fma_roofline_fraction", "path",
+                                  "workspace_bytes", "checked_steps")})
     out["peer"] = (results("designs", rows, "cuda-flat"), ["--format", "png"], ["prefix", "roofline", "speedup"])
     # option sweeps: NSPLIT (one design), graph vs eager (two designs), fragmented vs compacted slots
     rows = [row("cuda-sm120", B, 33, P, nsplit=n, slowdown=4 + abs(n - 16) / 8)
@@ -198,11 +201,12 @@ class PlotsData(unittest.TestCase):
 
     def test_ceilings_from_environment_and_rows(self):
         res = results("designs", grid(["cuda-sm120"], [1, 8], [33], [4096, 65536]), "cuda-sm120")
-        self.assertEqual(data.ceilings(data.Run(res)), {"gemm": 800.0, "copy": 4.27, "mma": 640.0})
+        self.assertEqual(data.ceilings(data.Run(res)), {"gemm": 800.0, "copy": 4.27, "mma": 640.0, "fma": 60.0})
         del res["environment"]["peaks"]
         derived = data.ceilings(data.Run(res))  # every row is compute-bound: the bandwidth stays unknown
         self.assertAlmostEqual(derived["gemm"], 800.0, places=6)
         self.assertAlmostEqual(derived["mma"], 640.0, places=6)
+        self.assertAlmostEqual(derived["fma"], 60.0, places=6)
         self.assertNotIn("copy", derived)
         res["rows"].append(row("cuda-sm120", 1, 1, 64))  # a memory-bound row pins the bandwidth down
         self.assertAlmostEqual(data.ceilings(data.Run(res))["copy"], 4.27, places=6)
