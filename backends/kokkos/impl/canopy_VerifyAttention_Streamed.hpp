@@ -72,7 +72,7 @@ struct StreamedScratch
   int64_t *slot;         ///< [N] KV pool row of each key of the tile
   uint8_t *vis;          ///< [R][N] tree visibility (node rows of the tile)
 
-  static constexpr size_t bytes()
+  KOKKOS_INLINE_FUNCTION static constexpr size_t bytes()
   {
     return 64 + alignedBytes(SCORES * sizeof(Float4)) + alignedBytes(STAGE * sizeof(Float4)) +
            3 * alignedBytes(R * sizeof(float)) + alignedBytes(N * sizeof(int64_t)) + alignedBytes(size_t(R) * N);

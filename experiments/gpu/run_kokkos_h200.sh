@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The Kokkos 4 builds on a GPU machine, from binaries built on another machine:
+#   experiments/gpu/run_kokkos_h200.sh <cuda-bin-dir> <omp-bin-dir> <lib-dir> <out-dir> [steps]
+# <cuda-bin-dir>: the kokkos-cuda build's canopy and test binaries; <omp-bin-dir>: the kokkos-openmp
+# build's canopy; <lib-dir>: shared libraries the GPU machine lacks (toml++, cudart, ...).
+# steps (default all): tests check portability scaling
+#   tests       : the Kokkos and CUDA test binaries on the CUDA Kokkos (typed over Serial, OpenMP,
+#                 Cuda; the CUDA suite runs the Kokkos designs on Cuda, eager and graph-captured)
+#   check       : canopy check of every design on a bundled trace (eager, both value modes), and
+#                 the bundled traces replayed under graph capture with every step checked
+#                 (experiments/configs/kokkos-gpu-trace.toml)
+#   portability : canopy run experiments/configs/portability-gpu.toml (graph replay, L2 flushed,
+#                 the fp32 FMA, mma.sync and GEMM ceilings measured in the same run)
+#   scaling     : kokkos-team on the OpenMP build, 1..16 threads (experiments/configs/openmp-scaling.toml)
+# Numbers from an H200 are an sm_90 proxy for the sm_120 design target.
+set -uo pipefail
+cuda_bin=$1 omp_bin=$2 lib=$3 out=$4
+steps=${5:-"tests check portability scaling"}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"
+here=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$here"
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; lscpu | grep -E "Model name|^CPU\(s\)"; } > "$out/machine.txt" 2>&1
+
+for step in $steps; do
+  case $step in
+    tests)
+      for t in canopy_Test_VerifyAttentionKokkos canopy_Test_KokkosDesigns canopy_Test_VerifyAttentionCuda; do
+        timeout 300 "$cuda_bin/$t" > "$out/$t.log" 2>&1
+        echo "$t exit $? $(grep -E '^\[  (PASSED|FAILED) ' "$out/$t.log" | tr '\n' ' ')"
+      done | tee "$out/tests.txt"
+      ;;
+    check)
+      timeout 300 "$cuda_bin/canopy" check --trace data/ddtree_values_h8.h5 --designs all > "$out/check.log" 2>&1
+      echo "check exit $?" | tee -a "$out/check.log"
+      timeout 300 "$cuda_bin/canopy" run experiments/configs/kokkos-gpu-trace.toml --out "$out/trace" > "$out/trace.log" 2>&1
+      echo "trace replay exit $?" | tee -a "$out/check.log"
+      ;;
+    portability)
+      timeout 420 "$cuda_bin/canopy" run experiments/configs/portability-gpu.toml --out "$out/portability-gpu" > "$out/portability.log" 2>&1
+      echo "portability exit $?"
+      ;;
+    scaling)
+      for n in 1 2 4 8 16; do
+        OMP_NUM_THREADS=$n OMP_PROC_BIND=spread OMP_PLACES=threads timeout 300 \
+          "$omp_bin/canopy" run experiments/configs/openmp-scaling.toml --out "$out/omp-$n" > "$out/omp-$n.log" 2>&1
+        echo "threads $n exit $?"
+      done | tee "$out/scaling.txt"
+      ;;
+  esac
+done
