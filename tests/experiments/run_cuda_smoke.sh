@@ -26,7 +26,7 @@ for k in ("mask", "nsplit", "workspace", "mode", "l2_flush"):
 if len(rows) != expected:
     sys.exit("expected %d rows, got %d" % (expected, len(rows)))
 if all(r["status"] == "skipped" and "no usable GPU" in r["note"] for r in rows):
-    print("SKIP: no usable GPU (%s)" % rows[0]["note"])
+    print("SKIP: %s" % rows[0]["note"])
     sys.exit(0)
 bad = [r for r in rows if r["status"] != "ok" or r["samples"] < 1 or r["checked_steps"] < 1 or not r["median_s"] > 0]
 for r in bad:
