@@ -320,40 +320,44 @@ TYPED_TEST(VerifyAttentionKokkos, deviceTileShapeOnTheHost)
 }
 
 // With a long prefix and random values the tree keys carry little of the attention, so a
-// visibility bug moves the output little; tree-dominant values make the tree carry it. Every
-// layout at P = 1000 with those values, and the same kernel fed a wrong (self-only) mask must be
-// rejected against the true tree's reference.
-TYPED_TEST(VerifyAttentionKokkos, treeDominantValuesAtALongPrefix)
+// visibility bug moves the output little (at P = 16384 the checker lets self-only, causal and
+// sibling masks pass on random values, tstChecker.cpp); tree-dominant values make the tree carry
+// it. Every layout with those values, and the kernel fed a wrong (self-only) mask at P = 16384
+// must be rejected against the true tree's reference.
+HostProblem treeDominantProblem(int batch, int heads, int tree, int64_t prefix, MaskLayout m, uint64_t seed)
+{
+  GeneratorOptions g;
+  g.batch = batch;
+  g.num_heads = heads;
+  g.tree_size = tree;
+  g.prefix_len = prefix;
+  g.mask_layout = m;
+  g.values = ValueMode::kTreeDominant;
+  g.seed = canopy::test::testSeed(seed);
+  return generateProblem(g);
+}
+
+TYPED_TEST(VerifyAttentionKokkos, treeDominantValuesInEveryLayout)
 {
   for (MaskLayout m : ALL_LAYOUTS)
   {
     SCOPED_TRACE(toString(m));
-    GeneratorOptions g;
-    g.batch = 2;
-    g.num_heads = 2;
-    g.tree_size = 33;
-    g.prefix_len = 1000;
-    g.mask_layout = m;
-    g.values = ValueMode::kTreeDominant;
-    g.seed = canopy::test::testSeed(26);
-    HostProblem const p = generateProblem(g);
-    expectCorrectAllFlavors<TypeParam>(p);
-    if (m != MaskLayout::kTree)
-      continue;
-    HostProblem wrong = p;
-    for (int b = 0; b < wrong.meta.batchSize(); ++b)
-    {
-      int64_t const T = wrong.meta.treeSize(b);
-      for (int64_t i = 0; i < T; ++i)
-        for (int64_t j = 0; j < T; ++j)
-          wrong.meta.custom_mask[wrong.meta.mask_indptr[b] + i * T + j] = i == j;
-    }
-    RunResult const r = runKernel<TypeParam, TeamTiles>(wrong);
-    EXPECT_TRUE(r.error.pass) << "the kernel follows the mask it is given: " << describe(r.error);
-    ErrorStats const against_true = compareToReference(referenceAttention(p), r.out.data(), r.out.size());
-    EXPECT_FALSE(against_true.pass) << "a self-only mask passes at P = 1000 with tree-dominant values: "
-                                    << describe(against_true);
+    expectCorrectAllFlavors<TypeParam>(treeDominantProblem(2, 2, 33, 1000, m, 26));
   }
+}
+
+TYPED_TEST(VerifyAttentionKokkos, aSelfOnlyMaskFailsAtALongPrefixWithTreeDominantValues)
+{
+  HostProblem const p = treeDominantProblem(1, 2, 17, 16384, MaskLayout::kTree, 27);
+  HostProblem wrong = p;
+  int64_t const T = wrong.meta.treeSize(0);
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < T; ++j)
+      wrong.meta.custom_mask[wrong.meta.mask_indptr[0] + i * T + j] = i == j;
+  RunResult const r = runKernel<TypeParam, TeamTiles>(wrong);
+  EXPECT_TRUE(r.error.pass) << "the kernel follows the mask it is given: " << describe(r.error);
+  ErrorStats const against_true = compareToReference(referenceAttention(p), r.out.data(), r.out.size());
+  EXPECT_FALSE(against_true.pass) << "a self-only mask passes at P = 16384: " << describe(against_true);
 }
 
 // The checks above can fail: a kernel that misses rows leaves poison, one that reads a wrong mask
