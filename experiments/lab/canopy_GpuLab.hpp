@@ -1,8 +1,9 @@
 /// \file canopy_GpuLab.hpp
 /// \brief Measuring tools for the GPU (not part of any design): device-side random fills, the L2
-/// flusher, timed graph replays, and the peak probes the roofline uses (cuBLAS bf16 GEMM, device
-/// copy, mma.sync with three operand feeds). Linked by the replay engine, the benchmarks and the
-/// GPU tests; the designs' library links none of it (and no cuBLAS).
+/// flusher, the one timed-launch loop (canopy run's samples, timed graph replays), and the peak
+/// probes the roofline uses (cuBLAS bf16 GEMM, device copy, mma.sync with three operand feeds).
+/// Linked by the replay engine (so `canopy run` and `canopy peaks`) and the GPU tests; the designs'
+/// library links none of it (and no cuBLAS).
 #pragma once
 
 #include "canopy_CudaBatchStorage.hpp"
