@@ -41,9 +41,6 @@ int runPeaks(PeaksFlags const &f)
   std::string why;
   if (!cuda::cudaAvailable(&why))
     throw RuntimeFailure("canopy peaks: no usable GPU (" + why + ")");
-  for (size_t i = 0; i < f.warps.size(); ++i)
-    if (f.warps[i] < 1 || f.warps[i] > 32)
-      throw InputError("--warps[" + std::to_string(i) + "]: must be in [1, 32], got " + std::to_string(f.warps[i]));
   cuda::DeviceInfo const dev = cuda::deviceInfo(cuda::currentDevice());
   cuda::Stream stream;
   // --quick (the smoke test): a small GEMM and copy and short mma runs; the numbers mean little.
@@ -103,7 +100,9 @@ void addPeaksCommand(CLI::App &app, Action &action)
   auto flags = std::make_shared<PeaksFlags>();
   CLI::App *cmd = app.add_subcommand(
       "peaks", "Measure this GPU's ceilings (bf16 GEMM, copy, mma.sync) and mma.sync per operand feed over warps per SM");
-  cmd->add_option("--warps", flags->warps, "warps per SM for the mma.sync feed table")->delimiter(',');
+  cmd->add_option("--warps", flags->warps, "warps per SM for the mma.sync feed table (one block per SM)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 32));
   cmd->add_flag("--quick", flags->quick, "small, short probes (smoke test; the numbers mean little)");
   cmd->add_option("--out", flags->out, "also write the numbers as JSON to this file");
   cmd->callback([flags, &action] { action = [flags] { return runPeaks(*flags); }; });
