@@ -28,4 +28,6 @@ void addDesignsCommand(CLI::App &app, Action &action);
 void addMergeCommand(CLI::App &app, Action &action);
 /// \brief Adds `canopy trace synth | info | validate` (verify traces, HDF5 format v1).
 void addTraceCommands(CLI::App &app, Action &action);
+/// \brief Adds `canopy peaks` (the GPU's measured ceilings; builds with the GPU lab only).
+void addPeaksCommand(CLI::App &app, Action &action);
 } // namespace canopy::cli

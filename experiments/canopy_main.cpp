@@ -3,6 +3,9 @@
 #include "canopy_Commands.hpp"
 #include "canopy_Error.hpp"
 #include "canopy_Runtime.hpp"
+#ifdef CANOPY_HAVE_GPU_LAB
+#include "canopy_LabDesigns.hpp"
+#endif
 
 #include <iostream>
 
@@ -17,6 +20,10 @@ int main(int argc, char **argv)
   canopy::cli::addDesignsCommand(app, action);
 #ifdef CANOPY_HAVE_TRACE
   canopy::cli::addTraceCommands(app, action);
+#endif
+#ifdef CANOPY_HAVE_GPU_LAB
+  canopy::cli::addPeaksCommand(app, action);
+  canopy::registerLabDesigns();  // measurement-only variants, selectable by name in configs and checks
 #endif
   try
   {

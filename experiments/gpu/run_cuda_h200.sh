@@ -3,16 +3,19 @@
 # machine (docs/design.md §6): experiments/gpu/run_cuda_h200.sh checks|measure <bin-dir> <lib-dir> <out-dir>
 #   checks : GPU test suite; compute-sanitizer memcheck and racecheck over every grid and graph case
 #            (sanitizer.md: one row per case) and the racecheck reproducer; SASS summary
-#   measure: benchVerifyCuda sweep (designs, mask layouts, workspace strategies) + PyTorch reference
+#   measure: `canopy peaks` (ceilings, mma.sync per feed over warps per SM), then `canopy run` of
+#            experiments/configs/{cuda-kernels,cuda-masks,workspace,nsplit}.toml (one folder each
+#            under <out-dir>) and the PyTorch reference, joined into table.md
 #   compare: kernel variants side by side: compare <bin-dir> <lib-dir> <out-dir> base v1 [v2 ...]
-#            runs <bin-dir>/bench_<name> (designs in CANOPY_COMPARE_DESIGNS, default cuda-sm120) for each name, interleaved, in
-#            CANOPY_COMPARE_ROUNDS rounds (default 2; extra bench flags in CANOPY_BENCH_ARGS), and
-#            writes compare.md: per shape the base's best median and each variant's change against it
-#            (best of the rounds: process-to-process spread on the H200 was about 1%), then per
-#            variant the mean change over the P >= 16K shapes and its result lines with bad outputs.
-# <bin-dir> holds canopy_Test_VerifyAttentionCuda and canopy_Bench_VerifyCuda, <lib-dir> the
-# shared libraries the GPU machine lacks (libtrilinos_kokkoscore). Numbers from an H200 are an
-# sm_90 proxy for the sm_120 design target.
+#            runs `<bin-dir>/canopy_<name> run CONFIG` (CANOPY_COMPARE_CONFIG, default
+#            experiments/configs/cuda-compare.toml) for each name, interleaved, in
+#            CANOPY_COMPARE_ROUNDS rounds (default 2), and writes compare.md from the runs'
+#            results.json: per (design, shape) the base's best median and each variant's change
+#            against it (best of the rounds: process-to-process spread on the H200 was about 1%),
+#            then per variant the mean change over the P >= 16K shapes and its rows that failed.
+# <bin-dir> holds canopy, canopy_Test_VerifyAttentionCuda and canopy_RacecheckNamedBarrier, <lib-dir>
+# the shared libraries the GPU machine lacks (e.g. libtrilinos_kokkoscore, libtomlplusplus). Numbers
+# from an H200 are an sm_90 proxy for the sm_120 design target.
 set -uo pipefail
 mode=$1 bin=$2 lib=$3 out=$4
 shift 4
@@ -20,8 +23,9 @@ mkdir -p "$out"
 cublas=$(find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -1)
 export LD_LIBRARY_PATH="$lib:${cublas:+$(dirname "$cublas"):}${LD_LIBRARY_PATH:-}"
 test_bin=$bin/canopy_Test_VerifyAttentionCuda
-bench_bin=$bin/canopy_Bench_VerifyCuda
+canopy_bin=$bin/canopy
 here=$(cd "$(dirname "$0")/../.." && pwd)
+configs=$here/experiments/configs
 
 if [ "$mode" = checks ]; then
   { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv; echo; } > "$out/run.log"
@@ -63,56 +67,59 @@ if [ "$mode" = checks ]; then
   cat "$out/reproducer.txt" | tee -a "$out/run.log"
   for arch in sm_90 sm_120; do
     echo "== SASS $arch: instruction counts per kernel" >> "$out/run.log"
-    cuobjdump -sass -arch "$arch" "$bench_bin" 2>/dev/null | awk '/Function :/{f=$3; n[f]=0} /HMMA/{h[f]++} /LDSM/{l[f]++} /LDGSTS/{g[f]++} /LDL/{ll[f]++} /STL/{s[f]++} /HGMMA|UTMALDG/{w[f]++} END{for (k in n) printf "%-90s HMMA=%d LDSM=%d LDGSTS=%d LDL=%d STL=%d wgmma/tma=%d\n", k, h[k], l[k], g[k], ll[k], s[k], w[k]}' >> "$out/run.log"
+    cuobjdump -sass -arch "$arch" "$canopy_bin" 2>/dev/null | awk '/Function :/{f=$3; n[f]=0} /HMMA/{h[f]++} /LDSM/{l[f]++} /LDGSTS/{g[f]++} /LDL/{ll[f]++} /STL/{s[f]++} /HGMMA|UTMALDG/{w[f]++} END{for (k in n) printf "%-90s HMMA=%d LDSM=%d LDGSTS=%d LDL=%d STL=%d wgmma/tma=%d\n", k, h[k], l[k], g[k], ll[k], s[k], w[k]}' >> "$out/run.log"
   done
 elif [ "$mode" = measure ]; then
   { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv; echo; } > "$out/run.log"
-  timeout 300 "$bench_bin" --out "$out/bench.jsonl" >> "$out/run.log" 2>&1; echo "bench exit $?" >> "$out/run.log"
-  timeout 120 "$bench_bin" --designs cuda-sm120 --masks tree,parents --out "$out/masks.jsonl" >> "$out/run.log" 2>&1; echo "masks exit $?" >> "$out/run.log"
-  timeout 90 "$bench_bin" --designs cuda-sm120 --workspaces per-call,grow --batches 1,8 --trees 33 --prefixes 4096,65536 --out "$out/ws.jsonl" >> "$out/run.log" 2>&1; echo "workspaces exit $?" >> "$out/run.log"
-  cat "$out/ws.jsonl" >> "$out/masks.jsonl" 2>/dev/null; rm -f "$out/ws.jsonl"
+  timeout 120 "$canopy_bin" peaks --out "$out/peaks.json" > "$out/peaks.md" 2>&1; echo "peaks exit $?" >> "$out/run.log"
+  for cfg in cuda-kernels cuda-masks workspace nsplit; do
+    timeout 600 "$canopy_bin" run "$configs/$cfg.toml" --out "$out/$cfg" --quiet >> "$out/run.log" 2>&1
+    echo "$cfg exit $?" >> "$out/run.log"
+  done
   PYTHONUNBUFFERED=1 timeout 240 python3 "$here/experiments/peers/torch_reference.py" --out "$out/torch.jsonl" >> "$out/run.log" 2>&1; echo "torch exit $?" >> "$out/run.log"
-  python3 "$here/experiments/peers/torch_reference.py" --merge "$out/bench.jsonl" "$out/torch.jsonl" > "$out/table.md" 2>&1
-  grep -E "exit|peaks|device" "$out/run.log"; cat "$out/table.md"
+  python3 "$here/experiments/peers/torch_reference.py" --merge "$out/cuda-kernels/results.json" "$out/torch.jsonl" > "$out/table.md" 2>&1
+  grep -E "exit" "$out/run.log"; cat "$out/peaks.md" "$out/table.md"
 elif [ "$mode" = compare ] && [ $# -ge 2 ]; then
+  config=${CANOPY_COMPARE_CONFIG:-$configs/cuda-compare.toml}
   for r in $(seq "${CANOPY_COMPARE_ROUNDS:-2}"); do
     for v in "$@"; do
-      echo "== round $r $v"
-      # shellcheck disable=SC2086
-      timeout 240 "$bin/bench_$v" --designs "${CANOPY_COMPARE_DESIGNS:-cuda-sm120}" ${CANOPY_BENCH_ARGS:-} 2>&1 | grep "B="
+      timeout 600 "$bin/canopy_$v" run "$config" --out "$out/$v-round$r" --quiet > "$out/$v-round$r.log" 2>&1
+      echo "round $r $v exit $?"
     done
-  done > "$out/compare.txt"
-  python3 - "$out/compare.txt" "$@" > "$out/compare.md" <<'PY'
-import collections, re, sys
-rows = collections.defaultdict(lambda: collections.defaultdict(list))
-bad = collections.Counter()  # result lines with NaN or unwritten outputs, per variant
-variant = None
-for line in open(sys.argv[1]):
-    m = re.match(r'== round \d+ (\S+)', line)
-    if m:
-        variant = m.group(1)
-        continue
-    m = re.search(r'^\| (\S+) .*B=(\d+) T=\s*(\d+) P=\s*(\d+) ns=\s*(\d+) \|\s+([\d.]+) us', line)
-    if m:
-        rows[m.groups()[:5]][variant].append(float(m.group(6)))
-        b = re.search(r'bad (\d+)', line)
-        if b and int(b.group(1)):
-            bad[variant] += 1
-base, others = sys.argv[2], sys.argv[3:]
-print('| design | B | T | P | nsplit | %s µs (best median) | %s |' % (base, ' | '.join(others)))
-print('|---|---:|---:|---:|---:|---:|' + '---:|' * len(others))
+  done | tee "$out/compare.log"
+  python3 - "$out" "${CANOPY_COMPARE_ROUNDS:-2}" "$@" > "$out/compare.md" <<'PY'
+import collections, glob, json, os, sys
+out, rounds, base, others = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+rows = collections.defaultdict(lambda: collections.defaultdict(list))  # (design, input, options) -> variant -> medians
+failed = collections.Counter()  # rows that failed their check or did not run, per variant
+for v in [base] + others:
+    for r in range(1, rounds + 1):
+        path = os.path.join(out, "%s-round%d" % (v, r), "results.json")
+        if not os.path.exists(path):
+            failed[v] += 1
+            continue
+        for row in json.load(open(path))["rows"]:
+            key = (row["design"], row["input"], row["mask"], row["nsplit"], row["workspace"], row["mode"])
+            if row["status"] == "ok" and row["samples"] > 0:
+                rows[key][v].append(row["median_s"] * 1e6)
+            else:
+                failed[v] += 1
+def prefix(label):
+    p = dict(f.split("=", 1) for f in label.split() if "=" in f).get("P", "0")
+    return int(p[:-1]) * 1024 if p.endswith("K") else int(p)
+print("| design | input | %s µs (best median) | %s |" % (base, " | ".join(others)))
+print("|---|---|---:|" + "---:|" * len(others))
 for key, v in rows.items():
     if not v.get(base):
         continue
     b = min(v[base])
-    rel = ['%+.1f%%' % (100 * (min(v[o]) / b - 1)) if v.get(o) else 'n/a' for o in others]
-    print('| %s | %s | %s | %s | %s | %.1f | %s |' % (*key, b, ' | '.join(rel)))
-# One line per variant: the mean change where P >= 16K (the targets' range), and bad result lines.
-for o in others:
-    ch = [min(v[o]) / min(v[base]) - 1 for k, v in rows.items() if int(k[3]) >= 16384 and v.get(o) and v.get(base)]
-    if ch:
-        print('\n%s: mean %+.1f%% over %d shapes with P >= 16K; %d result lines with bad outputs'
-              % (o, 100 * sum(ch) / len(ch), len(ch), bad[o]))
+    rel = ["%+.1f%%" % (100 * (min(v[o]) / b - 1)) if v.get(o) else "n/a" for o in others]
+    print("| %s | %s | %.1f | %s |" % (key[0], key[1], b, " | ".join(rel)))
+# One line per variant: the mean change where P >= 16K (the targets' range), and rows that failed.
+for o in [base] + others:
+    ch = [min(v[o]) / min(v[base]) - 1 for k, v in rows.items() if prefix(k[1]) >= 16384 and v.get(o) and v.get(base)]
+    mean = ("mean %+.1f%% over %d shapes with P >= 16K" % (100 * sum(ch) / len(ch), len(ch))) if ch and o != base else "base"
+    print("\n%s: %s; %d rows failed or missing" % (o, mean, failed[o]))
 PY
   cat "$out/compare.md"
 else

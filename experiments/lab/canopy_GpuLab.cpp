@@ -23,31 +23,11 @@ void L2Flusher::flush(cudaStream_t stream)
 
 namespace
 {
-/// Times \p reps calls of \p launch, one event pair around each, after \p before (untimed, e.g. an
-/// L2 flush); one synchronisation at the end. Shared by the graph timing and the peak measurements.
-template <class Before, class Launch>
-Summary timeLaunches(cudaStream_t stream, int reps, char const *what, Before &&before, Launch &&launch)
-{
-  std::vector<Event> start(reps), stop(reps);
-  for (int i = 0; i < reps; ++i)
-  {
-    before();
-    start[i].record(stream);
-    launch();
-    stop[i].record(stream);
-  }
-  check(cudaStreamSynchronize(stream), (std::string("cudaStreamSynchronize (") + what + ")").c_str());
-  std::vector<double> ms(reps);
-  for (int i = 0; i < reps; ++i)
-    ms[i] = stop[i].elapsedMsSince(start[i]);
-  return summarize(ms);
-}
-
 /// Median milliseconds of \p reps timed calls of \p launch (the peak measurements).
 template <class Launch>
 double medianLaunchMs(cudaStream_t stream, int reps, char const *what, Launch &&launch)
 {
-  return timeLaunches(stream, reps, what, [] {}, launch).median;
+  return summarize(timedLaunchesMs(stream, reps, what, [] {}, launch)).median;
 }
 
 void checkBlas(cublasStatus_t s, char const *what)
@@ -61,13 +41,13 @@ Summary timeGraph(Graph const &graph, cudaStream_t stream, int samples, int warm
 {
   for (int i = 0; i < warmup; ++i)
     graph.replay(stream);
-  return timeLaunches(
+  return summarize(timedLaunchesMs(
       stream, samples, "timeGraph",
       [&] {
         if (flusher)
           flusher->flush(stream);
       },
-      [&] { graph.replay(stream); });
+      [&] { graph.replay(stream); }));
 }
 
 double measureBf16GemmFlops(cudaStream_t stream, int n, int reps)

@@ -1,8 +1,9 @@
 /// \file canopy_GpuLab.hpp
 /// \brief Measuring tools for the GPU (not part of any design): device-side random fills, the L2
-/// flusher, timed graph replays, and the peak probes the roofline uses (cuBLAS bf16 GEMM, device
-/// copy, mma.sync with three operand feeds). Linked by the replay engine, the benchmarks and the
-/// GPU tests; the designs' library links none of it (and no cuBLAS).
+/// flusher, the one timed-launch loop (canopy run's samples, timed graph replays), and the peak
+/// probes the roofline uses (cuBLAS bf16 GEMM, device copy, mma.sync with three operand feeds).
+/// Linked by the replay engine (so `canopy run` and `canopy peaks`) and the GPU tests; the designs'
+/// library links none of it (and no cuBLAS).
 #pragma once
 
 #include "canopy_CudaBatchStorage.hpp"
@@ -15,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace canopy::cuda
 {
@@ -36,6 +38,28 @@ private:
   DeviceBuffer<uint8_t> _buffer;
   int _value = 0;
 };
+
+/// \brief The one timed-launch loop of every GPU measurement (canopy run's samples, timeGraph, the
+/// peak probes): \p reps times \p before() (untimed, e.g. an L2 flush), an event, \p launch(), an
+/// event; one synchronisation of \p stream at the end (\p what names it in an error). Each sample's
+/// milliseconds, in launch order.
+template <class Before, class Launch>
+std::vector<double> timedLaunchesMs(cudaStream_t stream, int reps, char const *what, Before &&before, Launch &&launch)
+{
+  std::vector<Event> start(static_cast<size_t>(reps)), stop(static_cast<size_t>(reps));
+  for (int i = 0; i < reps; ++i)
+  {
+    before();
+    start[i].record(stream);
+    launch();
+    stop[i].record(stream);
+  }
+  check(cudaStreamSynchronize(stream), (std::string("cudaStreamSynchronize (") + what + ")").c_str());
+  std::vector<double> ms(static_cast<size_t>(reps));
+  for (int i = 0; i < reps; ++i)
+    ms[i] = stop[i].elapsedMsSince(start[i]);
+  return ms;
+}
 
 /// \brief Times \p samples replays of \p graph, one event pair around each replay, with the L2
 /// flushed (outside the events) before each one when \p flusher is given, after \p warmup

@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
-"""Plain PyTorch gather + bmm reference for tree-verify attention (absorbed MLA), timed exactly like
-benchVerifyCuda: CUDA graph replay, L2 flushed before every sample, median / p10 / p90.
+"""Plain PyTorch gather + bmm reference for tree-verify attention (absorbed MLA), timed like
+`canopy run` in graph mode with l2_flush: CUDA graph replay, L2 flushed before every sample, median /
+p10 / p90 with Canopy's one quantile definition.
 
 Per batch: K = pool[slots] (B, P+T, 576) gathered once, S = Q K^T in bf16 (cuBLAS), tree mask on the
 last T columns, softmax in fp32, O = softmax(S) V with V = K[..., :512]. Shapes as in the CUDA sweep
-(every request of a batch has the same P and T). Numbers from an H200 are an sm_90 proxy.
+(every request of a batch has the same P and T, experiments/configs/cuda-kernels.toml). Numbers
+from an H200 are an sm_90 proxy.
 
   torch_reference.py [--batches 1,8] [--trees 17,33,65] [--prefixes 4096,...] [--out torch.jsonl]
-  torch_reference.py --merge canopy.jsonl torch.jsonl      # speedup table against the CUDA designs
+  torch_reference.py --merge results.json torch.jsonl   # canopy run's results vs this reference
 """
 import argparse
 import json
 import math
 import os
+import re
 import sys
 
 
@@ -154,16 +157,36 @@ def run(args):
     return 0 if all(r["finite"] for r in rows) else 1
 
 
-def merge(canopy_path, torch_path):
-    """Markdown table: CUDA designs vs the PyTorch reference and vs cuda-flat, per shape."""
-    load = lambda p: [json.loads(l) for l in open(p) if l.strip()]
-    canopy, ref = load(canopy_path), load(torch_path)
-    key = lambda r: (r["B"], r["T"], r["P"])
-    torch_us = {key(r): r["median_us"] for r in ref}
+def parse_input(label):
+    """(B, T, P) from a synthetic input label of canopy run ("B=8 H=8 T=33 P=64K"); None for traces."""
+    fields = dict(f.split("=", 1) for f in label.split() if "=" in f)
+    if not all(k in fields for k in ("B", "T", "P")):
+        return None
+    p = fields["P"]
+    prefix = int(p[:-1]) * 1024 if p.endswith("K") else int(p)
+    return int(fields["B"]), int(fields["T"]), prefix
+
+
+def chosen_nsplit(row):
+    """The NSPLIT a design ran with: the option, or (0 = auto) the one its kernel path names."""
+    m = re.search(r"split(\d+)", row.get("path", ""))
+    return int(m.group(1)) if m else row["nsplit"]
+
+
+def merge(results_path, torch_path):
+    """Markdown table: the CUDA designs of one `canopy run` (results.json, e.g. of
+    experiments/configs/cuda-kernels.toml) against the PyTorch reference and cuda-flat, per shape.
+    Only rows with the full mask, the persistent workspace and status ok count."""
+    with open(results_path) as f:
+        results = json.load(f)
+    ref = [json.loads(l) for l in open(torch_path) if l.strip()]
+    torch_us = {(r["B"], r["T"], r["P"]): r["median_us"] for r in ref}
     by = {}
-    for r in canopy:
-        if r.get("mask", "full") == "full" and r.get("workspace", "persistent") == "persistent":
-            by.setdefault(key(r), {})[r["design"]] = r
+    for r in results["rows"]:
+        key = parse_input(r["input"])
+        if key and r["status"] == "ok" and r["mask"] == "full" and r["workspace"] == "persistent":
+            by.setdefault(key, {})[r["design"]] = r
+    nan = float("nan")
     print("| B | T | P | nsplit | cuda-sm120 us | % of bound | % of mma.sync bound | TFLOP/s | bf16-partials us | "
           "cuda-sm120-w32 us | cuda-flat us | torch us | x torch | x flat |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -172,12 +195,15 @@ def merge(canopy_path, torch_path):
         s = d.get("cuda-sm120")
         if not s:
             continue
-        us = lambda name: d.get(name, {}).get("median_us", float("nan"))
-        tu = torch_us.get(k, float("nan"))
-        print("| %d | %d | %d | %d | %.1f | %.1f%% | %.1f%% | %.1f | %.1f | %.1f | %.1f | %.1f | %.1fx | %.1fx |" %
-              (k[0], k[1], k[2], s["nsplit"], s["median_us"], 100 * s["frac_bound"],
-               100 * s.get("frac_mma_bound", float("nan")), s["tflops"], us("cuda-sm120-bf16p"),
-               us("cuda-sm120-w32"), us("cuda-flat"), tu, tu / s["median_us"], us("cuda-flat") / s["median_us"]))
+        us = lambda name: d[name]["median_s"] * 1e6 if name in d else nan
+        pct = lambda x: "%.1f%%" % (100 * x) if x > 0 else "-"
+        su, tu = us("cuda-sm120"), torch_us.get(k, nan)
+        print("| %d | %d | %d | %d | %.1f | %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1fx | %.1fx |" %
+              (k[0], k[1], k[2], chosen_nsplit(s), su, pct(s["roofline_fraction"]),
+               pct(s["mma_roofline_fraction"]), s["tflops"], us("cuda-sm120-bf16p"), us("cuda-sm120-w32"),
+               us("cuda-flat"), tu, tu / su, us("cuda-flat") / su))
+    print("\n%s; %s" % (results["environment"].get("device", "device unknown"),
+                        results["environment"].get("peaks", "peaks unknown")))
 
 
 def main():
@@ -190,7 +216,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--out", default="")
     ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--merge", nargs=2, metavar=("CANOPY_JSONL", "TORCH_JSONL"))
+    ap.add_argument("--merge", nargs=2, metavar=("RESULTS_JSON", "TORCH_JSONL"))
     args = ap.parse_args()
     if args.merge:
         merge(*args.merge)

@@ -138,6 +138,25 @@ TEST(CostModel, knownShape)
   EXPECT_DOUBLE_EQ(rooflineSeconds(c, 1e12, 1e9), bytes / 1e9);
 }
 
+TEST(CostModel, requestsAddUpAndRowsWithoutNodesCountNothing)
+{
+  // Each request on its own terms: request 0 (P=3, T=3) and request 1 (P=2, T=2), H=2, full mask.
+  BatchMetadata m = buildMetadata({RequestSpec{{3, 4, 5}, {-1, 0, 0}, {7, 8, 9}}, RequestSpec{{10, 11}, {-1, 0}, {1, 2}}},
+                                  MaskLayout::kFull);
+  double const r0 = 6.0 * (1152 + 8) + 3.0 * 2 * (1152 + 1024) + 3.0 * 3;
+  double const r1 = 4.0 * (1152 + 8) + 2.0 * 2 * (1152 + 1024) + 2.0 * 2;
+  Cost const c = costOf(m, 2);
+  EXPECT_DOUBLE_EQ(c.bytes_min, r0 + r1);
+  EXPECT_DOUBLE_EQ(c.flops, 2.0 * 2 * (3 * 6 + 2 * 4) * 1088);
+  // Padded rows of a graph bucket (P = T = 0) add nothing.
+  padBatch(m, 4);
+  EXPECT_DOUBLE_EQ(costOf(m, 2).bytes_min, r0 + r1);
+  // A request with a prefix and no tree node has no query: none of its prefix is read.
+  BatchMetadata const no_nodes = buildMetadata({RequestSpec{{3, 4, 5}, {}, {}}}, MaskLayout::kTree);
+  EXPECT_DOUBLE_EQ(costOf(no_nodes, 2).bytes_min, 0);
+  EXPECT_DOUBLE_EQ(costOf(no_nodes, 2).flops, 0);
+}
+
 template <class ExecutionSpace>
 struct BatchUpload : ::testing::Test
 {

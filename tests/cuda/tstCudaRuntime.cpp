@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <vector>
 
 
 namespace canopy::test
@@ -69,6 +70,35 @@ TEST(CudaRuntime, timedReplaysArePositive)
   EXPECT_LE(t.p10, t.median);
   EXPECT_LE(t.median, t.p90);
   EXPECT_FALSE(cuda::deviceInfo(0).summary().empty());
+}
+
+TEST(CudaRuntime, timedLaunchesKeepTheUntimedWorkOutsideTheSamples)
+{
+  CANOPY_REQUIRE_GPU();
+  cuda::Stream stream;
+  cuda::DeviceBuffer<uint8_t> big(size_t(1) << 28), small(4096);
+  // The one timed-launch loop of canopy run and the peaks: before() runs first, untimed. A 256 MB
+  // memset as before() and a 4 KB one as the launch: the samples must be the small one's time.
+  int before = 0, launches = 0;
+  std::vector<double> const ms = cuda::timedLaunchesMs(
+      stream.get(), 5, "test",
+      [&] {
+        ++before;
+        big.fillBytes(before, stream.get());
+      },
+      [&] {
+        ++launches;
+        small.fillBytes(launches, stream.get());
+      });
+  ASSERT_EQ(ms.size(), 5u);
+  EXPECT_EQ(before, 5);
+  EXPECT_EQ(launches, 5);
+  for (double x : ms)
+    EXPECT_GT(x, 0.0);
+  double const big_ms = summarize(cuda::timedLaunchesMs(stream.get(), 5, "test", [] {}, [&] {
+                                    big.fillBytes(7, stream.get());
+                                  })).median;
+  EXPECT_LT(summarize(ms).median, 0.5 * big_ms) << "the untimed work leaked into the samples";
 }
 
 TEST(CudaRuntime, mmaSyncPeakRefusesBadSizes)

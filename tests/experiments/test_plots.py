@@ -214,7 +214,15 @@ class PlotsData(unittest.TestCase):
     def test_design_colours_fixed_and_distinct(self):
         known = list(style.DESIGN_COLOURS)
         self.assertEqual(len({style.design_colour(d) for d in known}), len(known))
-        self.assertEqual(style.design_colour("my-new-design"), style.design_colour("my-new-design"))
+        # Designs without a fixed colour get the same one in every process (figures of separate runs
+        # match): compare with a process whose string hashing is seeded differently.
+        names = ["my-new-design", "variant-a", "variant-b", "kokkos-new", "cuda-new"]
+        code = ("import sys; sys.path.insert(0, %r); from plots import style; print(*[style.design_colour(n) for n in %r])"
+                % (os.path.join(ROOT, "experiments"), names))
+        other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               env=dict(os.environ, PYTHONHASHSEED="12345"))
+        self.assertEqual(other.returncode, 0, other.stderr)
+        self.assertEqual(other.stdout.split(), [str(style.design_colour(n)) for n in names])
         self.assertEqual(style.design_colour("torch-reference"), style.PEER_COLOUR)
 
 

@@ -3,6 +3,10 @@
 #include "canopy_Error.hpp"
 #include "canopy_ExperimentConfig.hpp"
 
+#ifdef CANOPY_HAVE_GPU_LAB
+#include "canopy_LabDesigns.hpp"
+#endif
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -126,6 +130,14 @@ names = ["reference", "warp-drive"])",
 // (e.g. the CUDA designs in a host-only build).
 TEST(ExperimentConfig, bundledConfigsParse)
 {
+#ifdef CANOPY_HAVE_GPU_LAB
+  // The canopy command registers the measurement-only variants that cuda-kernels.toml names.
+  struct LabDesigns
+  {
+    LabDesigns() { registerLabDesigns(); }
+    ~LabDesigns() { unregisterLabDesigns(); }
+  } const lab;
+#endif
   int seen = 0;
   for (auto const &e : std::filesystem::directory_iterator(CANOPY_CONFIG_DIR))
   {
@@ -146,7 +158,43 @@ TEST(ExperimentConfig, bundledConfigsParse)
           << e.path() << ": " << err.what();
     }
   }
-  EXPECT_GE(seen, 6);
+  EXPECT_GE(seen, 12);
+}
+
+TEST(ExperimentConfig, sweepKeysParse)
+{
+  auto const c = parseExperimentConfig(R"(
+[[inputs.sweep]]
+batch = 8
+tree = [17, 65]
+prefix = 131072
+pool_slack = 1.25
+mean_run = 16
+steps = 3
+values = "tree-dominant"
+[[inputs.sweep]]
+ragged = true
+compacted = true
+[designs]
+names = ["reference"]
+)",
+                                       "sweeps.toml");
+  ASSERT_EQ(c.sweeps.size(), 2u);
+  ShapeSweep const &a = c.sweeps[0], &b = c.sweeps[1];
+  EXPECT_EQ(a.batch, (std::vector<int>{8}));
+  EXPECT_EQ(a.tree, (std::vector<int>{17, 65}));
+  EXPECT_EQ(a.prefix, (std::vector<int64_t>{131072}));
+  EXPECT_DOUBLE_EQ(a.pool_slack, 1.25);
+  EXPECT_DOUBLE_EQ(a.mean_run, 16);
+  EXPECT_EQ(a.steps, 3);
+  EXPECT_EQ(a.values, ValueMode::kTreeDominant);
+  EXPECT_FALSE(a.ragged);
+  EXPECT_TRUE(b.ragged);
+  EXPECT_DOUBLE_EQ(b.pool_slack, 1.0) << "compacted: no holes";
+  EXPECT_GT(b.mean_run, 1e9) << "compacted: one run per request";
+  EXPECT_EQ(b.values, ValueMode::kRandom);
+  expectBad(kMinimal + "[[inputs.sweep]]\npool_slack = 0.5\n", "inputs.sweep[1].pool_slack: must be >= 1");
+  expectBad(kMinimal + "[[inputs.sweep]]\nvalues = \"loud\"\n", "inputs.sweep[1].values");
 }
 
 TEST(Buckets, padToNextCapturedBucket)

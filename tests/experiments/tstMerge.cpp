@@ -82,6 +82,14 @@ void expectSameRows(ResultSet const &a, ResultSet const &b)
 TEST(Shards, mergedShardsGiveTheRowsOfOneRun)
 {
   ResultSet const whole = runExperiment(config());
+  // 2 inputs x 2 masks x 2 designs, each checked: equal empty or unchecked rows would prove nothing.
+  ASSERT_EQ(whole.rows.size(), 8u);
+  for (auto const &r : whole.rows)
+  {
+    EXPECT_EQ(r.status, "ok") << r.design << " " << r.input << ": " << r.note;
+    EXPECT_GT(r.checked_steps, 0);
+    EXPECT_GT(r.rel_l2, 0);
+  }
   std::vector<ShardResults> const shards = runShards(3);
   for (auto const &s : shards)
     for (auto const &r : s.results.rows)

@@ -6,10 +6,13 @@
 #include "canopy_ExperimentConfig.hpp"
 #include "canopy_Registry.hpp"
 #include "canopy_ReplayEngine.hpp"
+#include "canopy_TestDesigns.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <vector>
 
 namespace
 {
@@ -62,6 +65,7 @@ TEST(Replay, rowsPerCombinationAndBucket)
     last_done = d;
     last_total = t;
   });
+  EXPECT_GT(last_total, 0) << "the progress callback was never called";
   EXPECT_EQ(last_done, last_total);
   ASSERT_EQ(rs.rows.size(), 2u);  // 2 masks x 1 design x bucket 4 (batch 3 padded)
   for (auto const &r : rs.rows)
@@ -83,9 +87,13 @@ TEST(Replay, sameConfigSameInputsSameErrors)
 {
   ExperimentConfig const c = smallConfig();
   ResultSet const a = runExperiment(c), b = runExperiment(c);
+  ASSERT_EQ(a.rows.size(), 2u);
   ASSERT_EQ(a.rows.size(), b.rows.size());
   for (size_t i = 0; i < a.rows.size(); ++i)
   {
+    // Checked, with a bf16 output's nonzero error: equal zeros would say nothing about the inputs.
+    EXPECT_EQ(a.rows[i].checked_steps, 2);
+    EXPECT_GT(a.rows[i].rel_l2, 0);
     EXPECT_EQ(a.rows[i].rel_l2, b.rows[i].rel_l2);
     EXPECT_EQ(a.rows[i].max_abs, b.rows[i].max_abs);
     EXPECT_EQ(a.rows[i].flops, b.rows[i].flops);
@@ -108,11 +116,7 @@ public:
 
 TEST(Replay, aDesignThatCannotServeAShapeIsReportedAndTheOthersRun)
 {
-  registerDesign("test-small-trees", "test only", [] { return std::make_unique<SmallTreesOnly>(); });
-  struct Unregister
-  {
-    ~Unregister() { unregisterDesign("test-small-trees"); }
-  } const leave_no_design_behind;
+  test::ScopedDesign const small("test-small-trees", "test only", [] { return std::make_unique<SmallTreesOnly>(); });
   ExperimentConfig c = smallConfig();
   c.designs = {"reference", "test-small-trees"};
   c.group_by = "trace";
@@ -138,11 +142,7 @@ TEST(Replay, aDesignThatCannotServeAShapeIsReportedAndTheOthersRun)
 
 TEST(Replay, wrongDesignIsMarkedFailed)
 {
-  registerDesign("test-wrong", "always 1.0 (test only)", [] { return std::make_unique<WrongDesign>(); });
-  struct Unregister
-  {
-    ~Unregister() { unregisterDesign("test-wrong"); }
-  } const leave_no_design_behind;
+  test::ScopedDesign const wrong("test-wrong", "always 1.0 (test only)", [] { return std::make_unique<WrongDesign>(); });
   ExperimentConfig c = smallConfig();
   c.designs = {"reference", "test-wrong"};
   c.group_by = "trace";
@@ -171,15 +171,39 @@ TEST(Replay, batchBeyondLargestBucketIsAnInputError)
 
 TEST(Replay, stepSamplingIsDeterministic)
 {
-  int checked = 0;
-  for (int s = 0; s < 1000; ++s)
+  // A pure function of (seed, step, rate): the same answers whatever order the steps are asked in
+  // (no hidden state), a different sample for another seed, the rate's share of steps, and a
+  // higher rate checks a superset of the steps.
+  int const n = 1000;
+  std::vector<bool> forward(n), backward(n);
+  for (int s = 0; s < n; ++s)
+    forward[s] = stepChecked(7, s, 0.3);
+  for (int s = n - 1; s >= 0; --s)
+    backward[s] = stepChecked(7, s, 0.3);
+  EXPECT_EQ(forward, backward);
+  int checked = 0, differs = 0;
+  for (int s = 0; s < n; ++s)
   {
-    EXPECT_EQ(stepChecked(7, s, 0.3), stepChecked(7, s, 0.3));
-    checked += stepChecked(7, s, 0.3);
+    checked += forward[s];
+    differs += forward[s] != stepChecked(8, s, 0.3);
+    if (forward[s])
+      EXPECT_TRUE(stepChecked(7, s, 0.6)) << "step " << s << " checked at rate 0.3 but not at 0.6";
   }
   EXPECT_GT(checked, 240);
   EXPECT_LT(checked, 360);
+  EXPECT_GT(differs, 200) << "the seed does not change the sample";
   EXPECT_TRUE(stepChecked(7, 5, 1.0));
   EXPECT_FALSE(stepChecked(7, 5, 0.0));
+}
+
+TEST(Replay, aTestDesignLeavesWithItsScope)
+{
+  {
+    test::ScopedDesign const d("test-scoped", "test only", [] { return std::make_unique<WrongDesign>(); });
+    EXPECT_NO_THROW(makeDesign("test-scoped"));
+    EXPECT_THROW(test::ScopedDesign("test-scoped", "again", [] { return std::make_unique<WrongDesign>(); }),
+                 std::logic_error);
+  }
+  EXPECT_THROW(makeDesign("test-scoped"), InputError);
 }
 } // namespace

@@ -79,6 +79,7 @@ TEST(TraceRecorder, recordedStepsReadBackUnchanged)
     EXPECT_EQ(r.columns().q, vec<uint16_t>(t["q"]));
     EXPECT_EQ(r.columns().out, vec<uint16_t>(t["out"]));
     HostProblem const p = r.stepProblem(0, MaskLayout::kParents, 1);
+    ASSERT_FALSE(t["kv_rows"].empty()) << "expected.json holds no pool rows to compare";
     for (auto const &[slot, row] : t["kv_rows"].items())
     {
       size_t const s = std::stoul(slot);

@@ -99,6 +99,11 @@ TEST(TraceRoundTrip, simulatedColumnsComeBackBitForBit)
   for (bool values : {false, true})
   {
     TraceColumns const c = smallColumns(11, values);
+    // Something to compare: several steps, and the value datasets exactly when asked for.
+    ASSERT_GT(c.request_offset.size(), 2u);
+    ASSERT_FALSE(c.parent.empty());
+    ASSERT_EQ(c.q.empty(), !values);
+    ASSERT_EQ(c.kv.empty(), !values);
     std::string const path = tempPath(values ? "values.h5" : "meta.h5");
     writeTraceColumns(path, c);
     expectSameColumns(readTraceColumns(path), c);
