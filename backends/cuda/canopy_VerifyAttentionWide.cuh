@@ -285,10 +285,12 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
   // the compute loop has no branch around its halves: branches there measured 1.3% slower.
   auto tileLoop = [&](auto valid) {
     constexpr bool VALID = decltype(valid)::value;
+    bool const moves = windowMoves(info);
     for (int j = 0; j < ntiles; ++j)
     {
       // After the __syncthreads that ended tile j - 1 (every softmax of it done).
-      advanceVisibility<Cfg>(p, sm, j);
+      if (moves)
+        advanceVisibility<Cfg>(p, sm, j);
       uint32_t const buf = kv_base + (j & 1) * Cfg::KV_STAGE_BYTES;
       uint32_t const next = kv_base + ((j + 1) & 1) * Cfg::KV_STAGE_BYTES;
       int const col0 = info->s0 + j * N_TILE;
