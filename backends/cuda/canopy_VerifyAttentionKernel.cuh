@@ -397,8 +397,11 @@ __device__ __forceinline__ bool beginTile(VerifyParams const &p, int b, int mt, 
 
 /// Whether the first window leaves some of the split's tree keys out, so the KV loop must call
 /// advanceVisibility. Read once before the loop and kept as a CTA-uniform predicate: testing the
-/// window bounds in shared memory on every tile measured 3% slower on the H200 at any T and P
-/// (four shared loads and a branch ahead of each tile's MMAs).
+/// window bounds in shared memory on every tile measured 3.5% slower on the H200 (cuda-sm120, T <=
+/// 256, any P: four shared loads and a branch ahead of each tile's MMAs); with the predicate it is
+/// within 1.3% (B = 1) and 0.2% (B = 8) of the kernel without windows. Two copies of the loop, one
+/// without rebuild code, measured 1.7% (cuda-sm120) and 14% (cuda-flat) slower than that; the w32
+/// tile uses them (withWindowLoop). docs/results/cuda-big-trees.md.
 __device__ __forceinline__ bool windowMoves(TileInfo const volatile *info)
 {
   return info->vis_end < info->s1 - info->P;

@@ -73,6 +73,19 @@ struct WideConfig
   static_assert(VIS_WORDS >= MAX_TILE_NODES, "every tile node needs one 64-bit word (a 32-key tile window)");
 };
 
+/// Runs \p loop(std::true_type) when the visibility window moves during the KV loop (windowMoves),
+/// else \p loop(std::false_type), a copy of the loop without rebuild code. CTA-uniform. For this tile
+/// the two copies measured 1.0-2.2% slower than the kernel without windows on the H200 (T <= 256),
+/// the predicate in one loop 2.4-4.0% (docs/results/cuda-big-trees.md).
+template <class Loop>
+__device__ __forceinline__ void withWindowLoop(TileInfo const volatile *info, Loop &&loop)
+{
+  if (windowMoves(info))
+    loop(std::true_type{});
+  else
+    loop(std::false_type{});
+}
+
 template <class PartialT>
 __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int mt, int split)
 {
@@ -283,13 +296,12 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
   __syncthreads();
   // Idle row groups run their own copy of the tile loop (same copies and barriers, no compute), so
   // the compute loop has no branch around its halves: branches there measured 1.3% slower.
-  auto tileLoop = [&](auto valid) {
+  auto tileLoop = [&](auto valid, auto moves) {
     constexpr bool VALID = decltype(valid)::value;
-    bool const moves = windowMoves(info);
     for (int j = 0; j < ntiles; ++j)
     {
       // After the __syncthreads that ended tile j - 1 (every softmax of it done).
-      if (moves)
+      if constexpr (decltype(moves)::value)
         advanceVisibility<Cfg>(p, sm, j);
       uint32_t const buf = kv_base + (j & 1) * Cfg::KV_STAGE_BYTES;
       uint32_t const next = kv_base + ((j + 1) & 1) * Cfg::KV_STAGE_BYTES;
@@ -334,10 +346,12 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
       cpAsyncCommit();
     }
   };
-  if (rg_valid)
-    tileLoop(std::true_type{});
-  else
-    tileLoop(std::false_type{});
+  withWindowLoop(info, [&](auto moves) {
+    if (rg_valid)
+      tileLoop(std::true_type{}, moves);
+    else
+      tileLoop(std::false_type{}, moves);
+  });
 
   if (!rg_valid)
     return;

@@ -238,8 +238,8 @@ HostProblem makeBigProblem(BigCase const &c, MaskLayout layout, uint64_t seed)
 using TK = TreeKind;
 // Every T of the acceptance list (1 and 65 are in GRID) at the heads that put the most nodes in a
 // row tile where it matters: H = 1 (64 nodes) makes cuda-sm120 and -w32 rebuild their 512-key
-// visibility window, as does cuda-flat (32 nodes, 2 KB) past 512 tree keys; H = 3 cuts nodes at tile
-// edges. Sizes stay within ~2 GFLOP of fp64 reference per layout (deep trees at small H).
+// visibility window where one split holds more than 512 tree keys (NSPLIT 1), as does cuda-flat
+// (32 nodes, 2 KB); H = 3 cuts nodes at tile edges. Sizes stay within ~2 GFLOP of fp64 reference per layout (deep trees at small H).
 BigCase const BIG[] = {
     {"T64_T255_T256_T257", {64, 255, 256, 257}, {37, 0, 300, 129}, {TK::kDraft, TK::kMixed}, 8, 4, 1, 0},
     {"T512_H3_Mixed", {512}, {200}, {TK::kMixed}, 3, 3, 0, 6},
@@ -247,6 +247,9 @@ BigCase const BIG[] = {
     {"T1024_H1_Chain", {1024}, {0}, {TK::kChain}, 1, 5, 0, 0},
     {"T1024_H2_Fan", {1024}, {300}, {TK::kFan}, 2, 7, 0, 8},
     {"Ragged_1_to_1024_H1", {1, 1024, 33, 700}, {5, 100, 2000, 31}, {TK::kMixed}, 1, 6, 2, 8},
+    // The smallest case with a window rebuild in every design (one split, 64 or 32 nodes, 520 > 512
+    // tree keys): small enough for compute-sanitizer racecheck.
+    {"T520_H1_Rebuild", {520}, {0}, {TK::kMixed}, 1, 1, 0, 0},
 };
 
 class CudaBigTrees : public ::testing::TestWithParam<BigCase>
