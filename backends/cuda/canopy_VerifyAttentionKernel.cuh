@@ -306,8 +306,9 @@ __device__ __forceinline__ void buildVisibility(VerifyParams const &p, uint64_t 
 /// at \p q_stage (zero rows past the request), TileInfo, and, where the split reaches the tree
 /// columns, the first visibility window of the CTA's nodes (from the mask bytes or the ancestor
 /// walk, while the Q copy is in flight), so the score loop tests a shared-memory bit instead of
-/// carrying mask pointers and offsets in registers. Ends with one __syncthreads. Returns false (CTA-uniform, before any barrier) when the CTA has nothing to do;
-/// an empty split of a live row writes lse = -inf, which the combine weights 0 and reads no O of.
+/// carrying mask pointers and offsets in registers. Ends with one __syncthreads. Returns false
+/// (CTA-uniform, before any barrier) when the CTA has nothing to do; an empty split of a live row
+/// writes lse = -inf, which the combine weights 0 and reads no O of.
 template <class Cfg>
 __device__ __forceinline__ bool beginTile(VerifyParams const &p, int b, int mt, int split, int head,
                                           uint32_t q_stage, TileSmem const &sm, TileSetup &st)

@@ -239,7 +239,8 @@ using TK = TreeKind;
 // Every T of the acceptance list (1 and 65 are in GRID) at the heads that put the most nodes in a
 // row tile where it matters: H = 1 (64 nodes) makes cuda-sm120 and -w32 rebuild their 512-key
 // visibility window where one split holds more than 512 tree keys (NSPLIT 1), as does cuda-flat
-// (32 nodes, 2 KB); H = 3 cuts nodes at tile edges. Sizes stay within ~2 GFLOP of fp64 reference per layout (deep trees at small H).
+// (32 nodes, 2 KB); H = 3 cuts nodes at tile edges. Sizes stay within ~2 GFLOP of fp64 reference
+// per layout (deep trees at small H).
 BigCase const BIG[] = {
     {"T64_T255_T256_T257", {64, 255, 256, 257}, {37, 0, 300, 129}, {TK::kDraft, TK::kMixed}, 8, 4, 1, 0},
     {"T512_H3_Mixed", {512}, {200}, {TK::kMixed}, 3, 3, 0, 6},
