@@ -67,7 +67,7 @@ public:
       throw InputError(who + "plan bounds must be non-negative with at least one head");
     if (bounds.max_tree > MAX_TREE)
       throw Unsupported(who + "max tree size " + std::to_string(bounds.max_tree) + " exceeds the " +
-                       std::to_string(MAX_TREE) + " nodes the kernels serve (shared-memory visibility sets)");
+                       std::to_string(MAX_TREE) + " nodes the kernels serve (cuda::MAX_TREE)");
     if (bounds.max_batch > 65535)
       throw Unsupported(who + "max batch " + std::to_string(bounds.max_batch) + " exceeds 65535 (grid y)");
     if (bounds.max_prefix + bounds.max_tree > (int64_t{1} << 30))

@@ -19,10 +19,13 @@ enum class MaskMode : int
   kParents = 2  ///< tree_parent only; ancestor bitmasks are built in-kernel
 };
 
-/// Largest tree (T_b) the kernels serve: visibility of the tree columns is ceil(T/64) 64-bit words
-/// per node, built in shared memory for the tile's nodes (64 nodes x 4 words = 2 KB at most), from
-/// custom_mask or, for the parents layout, from the in-kernel ancestor walk.
-constexpr int MAX_TREE = 256;
+/// Largest tree (T_b) the kernels serve; the one place this limit lives (plan() reports a larger
+/// bound as Unsupported, naming the design and this number). Shared memory does not grow with it:
+/// a CTA keeps the visibility of a window of tree keys for its own nodes (a fixed budget per
+/// kernel config, see TileConfig::VIS_BYTES) and rebuilds the window when its KV loop moves past it.
+/// What grows with T is the parents layout's ancestor walk (O(depth) per node and window) and the
+/// grid (ceil(T * H / 64) row tiles per split).
+constexpr int MAX_TREE = 1024;
 /// KV splits a launch may use (lse of one row for all splits is read by each combine thread).
 constexpr int MAX_NSPLIT = 256;
 
@@ -82,7 +85,7 @@ constexpr size_t SMEM_LIMIT = 99 * 1024;
 cudaError_t prepareVerifyKernels();
 
 /// \brief Checks \p p for values the kernels cannot serve (null buffers, strides, nsplit, heads,
-/// trees > MAX_TREE, missing workspace). Returns nullptr when fine, else a message.
+/// max_tree > MAX_TREE, missing workspace). Returns nullptr when fine, else a message.
 char const *verifyParamsProblem(VerifyParams const &p);
 
 /// \brief cuda-sm120: split-K flash-decode with heads x tree nodes folded into the MMA M dimension

@@ -12,7 +12,9 @@ namespace Impl
 // once per head and per query tile), no split-K (the whole prefix walked serially by one block),
 // and V fetched a second time into its own buffer after K. (16-node tiles with 2 warps spilled
 // 24 B on sm_90.)
-using FlatConfig = TileConfig<2, 2, false, true>;
+// 2 KB of visibility words: 32 nodes x 512 tree keys, so trees past 512 nodes rebuild the window
+// (a path the tests reach here and in cuda-sm120 only with H = 1).
+using FlatConfig = TileConfig<2, 2, false, true, 2048>;
 
 __global__ void __launch_bounds__(FlatConfig::THREADS, 1) flatKernel(VerifyParams const p)
 {

@@ -134,8 +134,10 @@ template <> struct PartialStore<__nv_bfloat16>
 // (scores) of the 255 a thread may hold when the CTA has 8 warps (2 per sub-partition). KSPLIT = 3
 // (48 + 88) needs 12 warps for 64 rows, or 9 for 48, which caps a thread at 168 registers (the
 // register file is split over 4 sub-partitions): ptxas spilled 508 B there.
+// VIS_BYTES is the fixed visibility budget: the tile's nodes share it as equal rows of 64-bit words
+// over one window of tree keys (see VisWindow); it does not depend on MAX_TREE.
 // ---------------------------------------------------------------------------------------------
-template <int ROW_GROUPS_, int KSPLIT_, bool FOLD_HEADS_, bool SEPARATE_V_>
+template <int ROW_GROUPS_, int KSPLIT_, bool FOLD_HEADS_, bool SEPARATE_V_, int VIS_BYTES_>
 struct TileConfig
 {
   static constexpr int ROW_GROUPS = ROW_GROUPS_;
@@ -162,13 +164,13 @@ struct TileConfig
   static constexpr int V_BYTES = SEPARATE_V ? N_TILE * V_ROW_BYTES : 0;
   static constexpr int X_BYTES = WARPS * 16 * N_TILE * 4;  ///< partial scores exchanged within a row group
   static constexpr int MAX_TILE_NODES = M_TILE;           ///< H = 1 puts M_TILE nodes in a tile
-  static constexpr int ANC_WORDS = MAX_TREE / 64;
-  static constexpr int BITMAP_BYTES = MAX_TILE_NODES * ANC_WORDS * 8;
+  static constexpr int VIS_BYTES = VIS_BYTES_;            ///< visibility window words of the tile's nodes
+  static constexpr int VIS_WORDS = VIS_BYTES / 8;
   static constexpr int RING_BYTES = 2 * N_TILE * 8;
-  static constexpr int PARENT_BYTES = MAX_TREE * 4;
-  static constexpr int INFO_BYTES = 64;  ///< TileInfo
-  static constexpr int SMEM_BYTES = KV_BYTES + V_BYTES + X_BYTES + BITMAP_BYTES + RING_BYTES + PARENT_BYTES + INFO_BYTES;
+  static constexpr int INFO_BYTES = 128;  ///< TileInfo
+  static constexpr int SMEM_BYTES = KV_BYTES + V_BYTES + X_BYTES + VIS_BYTES + RING_BYTES + INFO_BYTES;
   static_assert(SMEM_BYTES <= static_cast<int>(SMEM_LIMIT), "tile exceeds the sm_120 99 KB shared-memory limit");
+  static_assert(VIS_WORDS >= MAX_TILE_NODES, "every tile node needs one 64-bit word (a 32-key tile window)");
   static_assert(36 % KSPLIT == 0, "KSPLIT must divide the 36 k16 steps of a 576-wide row");
 };
 
@@ -201,31 +203,112 @@ __device__ __forceinline__ void forChunks(int tid, Fn &&fn)
 struct TileInfo
 {
   int64_t qo0;
-  int kv0, P, T, s0, s1, node_lo, tree_too_big, mt, split;
+  int64_t mask0;  ///< mask_indptr[b] (full/tree layouts)
+  int kv0, P, T, s0, s1, node_lo, nodes, tree_too_big, mt, split;
+  int vis_lo, vis_end, vis_stride;  ///< the visibility window in place (VisWindow)
 };
 
 /// Shared-memory areas every tile kernel has besides its K/V stages.
 struct TileSmem
 {
-  uint64_t *bitmap;   ///< ancestor / visibility words, ANC_WORDS per tile node
-  int64_t *ring;      ///< slot indices of the next two KV tiles
-  int32_t *sparent;   ///< the request's parents (parents layout)
+  uint64_t *vis;   ///< visibility words: vis_stride per tile node, bit k = tree key vis_lo + k
+  int64_t *ring;   ///< slot indices of the next two KV tiles
   TileInfo *info;
 };
 
 /// What the prologue leaves to the tile kernel.
 struct TileSetup
 {
-  int rows_in_req, tile_row0, ntiles, node_lo, node_hi;
-  bool walk_parents;  ///< the parents layout's ancestor walk is still to do (after the Q fragments)
+  int rows_in_req, tile_row0, ntiles;
 };
 
+/// The window of tree keys [lo, end) whose visibility a CTA holds: for each of its tile nodes one
+/// row of `stride` 64-bit words (bit k: tree key lo + k is the node or one of its ancestors).
+/// Chosen as wide as the budget allows for this CTA's node count (all of a 1024-node tree for up to
+/// VIS_WORDS / 16 nodes, i.e. H >= 4 in a 64-row tile), never wider than the split's tree keys.
+/// When the KV loop reaches a tile whose tree keys end past `end`, the window is rebuilt from that
+/// tile's first key (advanceVisibility), so a 32-key tile always lies in one window.
+struct VisWindow
+{
+  int lo, end, stride;
+};
+
+/// \p lo: first tree key of the window; \p t_end: end of the split's tree keys (> lo).
+template <class Cfg>
+__device__ __forceinline__ VisWindow visWindowFor(int lo, int nodes, int t_end)
+{
+  int const budget = Cfg::VIS_WORDS / nodes;  // >= 1: nodes <= MAX_TILE_NODES <= VIS_WORDS
+  int const need = (t_end - lo + 63) / 64;
+  int const stride = need < budget ? need : budget;
+  return {lo, lo + 64 * stride, stride};
+}
+
+/// Fills the window \p w's words of the CTA's \p nodes nodes (node_lo, +nodes) of a request
+/// (first node at qo0, mask bytes at mask0); every thread of the CTA calls it. Parents layout: one
+/// thread per node walks its ancestors down to w.lo (a parent that is not smaller than its child,
+/// malformed input, stops the walk instead of looping), reading tree_parent through L1. Full/tree
+/// layouts: one warp ballot per (node, 32 keys) over the node's mask bytes (coalesced byte loads),
+/// UNROLL words per warp in flight. The caller's next __syncthreads publishes the words.
+template <class Cfg, int UNROLL>
+__device__ __forceinline__ void buildVisibility(VerifyParams const &p, uint64_t *vis, int64_t qo0, int64_t mask0,
+                                                int P, int T, int node_lo, int nodes, VisWindow const w)
+{
+  int const tid = threadIdx.x;
+  if (p.mask == MaskMode::kParents)
+  {
+    int32_t const *parent = p.tree_parent + qo0;
+    for (int li = tid; li < nodes; li += Cfg::THREADS)
+    {
+      uint64_t *row = vis + li * w.stride;
+      for (int k = 0; k < w.stride; ++k)
+        row[k] = 0;
+      for (int k = node_lo + li; k >= w.lo;)
+      {
+        if (k < w.end)
+          row[(k - w.lo) >> 6] |= 1ull << ((k - w.lo) & 63);
+        int const up = __ldg(parent + k);
+        if (up >= k)
+          break;
+        k = up;
+      }
+    }
+    return;
+  }
+  int const warp = tid >> 5, lane = tid & 31;
+  int const halves = 2 * w.stride;  // 32-bit words per node row
+  int const total = nodes * halves;
+  int64_t const row_len = p.mask == MaskMode::kFull ? static_cast<int64_t>(P) + T : T;
+  int64_t const col0 = p.mask == MaskMode::kFull ? P : 0;
+  uint32_t *const words = reinterpret_cast<uint32_t *>(vis);  // little-endian halves of the 64-bit words
+  for (int q0 = warp; q0 < total; q0 += Cfg::WARPS * UNROLL)
+  {
+    bool seen[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+    {
+      int const q = q0 + u * Cfg::WARPS;
+      int const j = w.lo + (q % halves) * 32 + lane;
+      seen[u] = q < total && j < T &&
+                p.custom_mask[mask0 + static_cast<int64_t>(node_lo + q / halves) * row_len + col0 + j] != 0;
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+    {
+      int const q = q0 + u * Cfg::WARPS;
+      uint32_t const bits = __ballot_sync(0xffffffffu, seen[u]);
+      if (lane == 0 && q < total)
+        words[q] = bits;
+    }
+  }
+}
+
 /// Prologue of the tile kernels: the CTA's rows and KV split, Q rows [tile_row0, +M_TILE) staged
-/// at \p q_stage (zero rows past the request), TileInfo, and the visibility words of the full/tree
-/// layouts, built once per CTA where the split reaches the tree columns, so the score loop tests
-/// a shared-memory bit instead of carrying mask pointers and offsets in registers. Ends with one
-/// __syncthreads. Returns false (CTA-uniform, before any barrier) when the CTA has nothing to do;
-/// an empty split of a live row writes lse = -inf, which the combine weights 0 and reads no O of.
+/// at \p q_stage (zero rows past the request), TileInfo, and, where the split reaches the tree
+/// columns, the first visibility window of the CTA's nodes (from the mask bytes or the ancestor
+/// walk, while the Q copy is in flight), so the score loop tests a shared-memory bit instead of
+/// carrying mask pointers and offsets in registers. Ends with one __syncthreads. Returns false
+/// (CTA-uniform, before any barrier) when the CTA has nothing to do; an empty split of a live row
+/// writes lse = -inf, which the combine weights 0 and reads no O of.
 template <class Cfg>
 __device__ __forceinline__ bool beginTile(VerifyParams const &p, int b, int mt, int split, int head,
                                           uint32_t q_stage, TileSmem const &sm, TileSetup &st)
@@ -276,85 +359,87 @@ __device__ __forceinline__ bool beginTile(VerifyParams const &p, int b, int mt, 
   int const node_lo = Cfg::FOLD_HEADS ? tile_row0 / H : tile_row0;
   int node_hi = Cfg::FOLD_HEADS ? (tile_row0 + M_TILE - 1) / H : tile_row0 + M_TILE - 1;
   node_hi = node_hi < T - 1 ? node_hi : T - 1;
+  int const nodes = node_hi - node_lo + 1;
   bool const tree_too_big = T > MAX_TREE;  // outside the plan's bounds: outputs NaN, never silent
+  // The first window starts at the split's first tree key; a split that never reaches the tree
+  // (or a tree past the limit) gets an empty window that no tile runs past.
   bool const build_vis = s1 > P && !tree_too_big;
+  VisWindow const win = build_vis ? visWindowFor<Cfg>(s0 > P ? s0 - P : 0, nodes, s1 - P) : VisWindow{0, 1 << 30, 0};
+  int64_t const mask0 = build_vis && p.mask != MaskMode::kParents ? p.mask_indptr[b] : 0;
   if (tid == 0)
   {
     TileInfo *const info = sm.info;
     info->qo0 = qo0;
+    info->mask0 = mask0;
     info->kv0 = kv0;
     info->P = P;
     info->T = T;
     info->s0 = s0;
     info->s1 = s1;
     info->node_lo = node_lo;
+    info->nodes = nodes;
     info->tree_too_big = tree_too_big;
     info->mt = mt;
     info->split = split;
+    info->vis_lo = win.lo;
+    info->vis_end = win.end;
+    info->vis_stride = win.stride;
   }
-  if (build_vis && p.mask == MaskMode::kParents)
-  {
-    for (int i = tid; i < T; i += THREADS)
-      sm.sparent[i] = p.tree_parent[qo0 + i];
-    for (int i = tid; i < Cfg::MAX_TILE_NODES * Cfg::ANC_WORDS; i += THREADS)
-      sm.bitmap[i] = 0;
-  }
-  else if (build_vis)
-  {
-    int64_t const mask0 = p.mask_indptr[b];
-    int const words = (T + 63) / 64;
-    for (int w = tid; w < (node_hi - node_lo + 1) * words; w += THREADS)
-    {
-      int const li = w / words, word = w % words;
-      int const i = node_lo + li;
-      uint8_t const *row = p.custom_mask + mask0 +
-                           (p.mask == MaskMode::kFull ? static_cast<int64_t>(i) * L + P : static_cast<int64_t>(i) * T);
-      uint64_t bits = 0;
-      int const j0 = word * 64;
-      int const jn = T - j0 < 64 ? T - j0 : 64;
-      for (int j = 0; j < jn; ++j)
-        bits |= static_cast<uint64_t>(row[j0 + j] != 0) << j;
-      sm.bitmap[li * Cfg::ANC_WORDS + word] = bits;
-    }
-  }
+  // Built while the Q copy is in flight.
+  if (build_vis)
+    buildVisibility<Cfg, 8>(p, sm.vis, qo0, mask0, P, T, node_lo, nodes, win);
   cpAsyncWait<0>();
   __syncthreads();
   st.rows_in_req = rows_in_req;
   st.tile_row0 = tile_row0;
   st.ntiles = (s1 - s0 + N_TILE - 1) / N_TILE;
-  st.node_lo = node_lo;
-  st.node_hi = node_hi;
-  st.walk_parents = build_vis && p.mask == MaskMode::kParents;
   return true;
 }
 
-/// Parents layout: each thread walks one node of the tile to the root (depth <= T steps in shared
-/// memory), setting its ancestor bits. A parent that is not smaller than its child (malformed
-/// input) stops the walk instead of looping. The caller's next __syncthreads publishes the bits.
-template <class Cfg>
-__device__ __forceinline__ void walkAncestors(TileSetup const &st, TileSmem const &sm)
+/// Whether the first window leaves some of the split's tree keys out, so the KV loop must call
+/// advanceVisibility. Read once before the loop and kept as a CTA-uniform predicate: testing the
+/// window bounds in shared memory on every tile measured 3.5% slower on the H200 (cuda-sm120, T <=
+/// 256, any P: four shared loads and a branch ahead of each tile's MMAs); with the predicate it is
+/// within 1.3% (B = 1) and 0.2% (B = 8) of the kernel without windows. Two copies of the loop, one
+/// without rebuild code, measured 1.7% (cuda-sm120) and 14% (cuda-flat) slower than that; the w32
+/// tile uses them (withWindowLoop). docs/results/cuda-big-trees.md.
+__device__ __forceinline__ bool windowMoves(TileInfo const volatile *info)
 {
-  if (!st.walk_parents)
-    return;
-  for (int li = threadIdx.x; li <= st.node_hi - st.node_lo; li += Cfg::THREADS)
-  {
-    uint64_t *row = sm.bitmap + li * Cfg::ANC_WORDS;
-    for (int k = st.node_lo + li; k >= 0;)
-    {
-      row[k >> 6] |= 1ull << (k & 63);
-      int const up = sm.sparent[k];
-      if (up >= k)
-        break;
-      k = up;
-    }
-  }
+  return info->vis_end < info->s1 - info->P;
 }
 
-/// Bit c set: key (split position) col + c, c < W <= 32, is visible to the row whose ancestor
-/// words start at bitmap[vr] (vr < 0: a row past the request, nothing visible): a prefix key or
-/// a visible tree key, inside the split. Needs col < s1.
+/// Called by every thread at the top of KV tile \p j, after a __syncthreads that ended all reads
+/// of the window in place: when the tile's tree keys run past the window, builds the next one from
+/// the tile's first key (a tree key: the first window covers every tile that starts in the prefix).
+/// CTA-uniform; two more barriers when it rebuilds (words written, then the new bounds published),
+/// which only CTAs with more nodes x tree keys than VIS_WORDS x 64 ever do.
+template <class Cfg>
+__device__ __forceinline__ void advanceVisibility(VerifyParams const &p, TileSmem const &sm, int j)
+{
+  TileInfo const volatile *info = sm.info;
+  int const col0 = info->s0 + j * Cfg::N_TILE;
+  int const s1 = info->s1;
+  int const P = info->P;
+  if ((col0 + Cfg::N_TILE < s1 ? col0 + Cfg::N_TILE : s1) - P <= info->vis_end)
+    return;
+  int const nodes = info->nodes;
+  VisWindow const win = visWindowFor<Cfg>(col0 - P, nodes, s1 - P);
+  buildVisibility<Cfg, 1>(p, sm.vis, info->qo0, info->mask0, P, info->T, info->node_lo, nodes, win);
+  __syncthreads();  // every thread has tested the old bounds and written its words
+  if (threadIdx.x == 0)
+  {
+    sm.info->vis_lo = win.lo;
+    sm.info->vis_end = win.end;
+    sm.info->vis_stride = win.stride;
+  }
+  __syncthreads();
+}
+
+/// Bit c set: key (split position) col + c, c < W <= 32, is visible to the row whose window
+/// words start at vis[vr] (vr < 0: a row past the request, nothing visible): a prefix key or a
+/// visible tree key, inside the split. Needs col < s1 and the window to hold the window's tree keys.
 template <int W>
-__device__ __forceinline__ uint32_t visibleWindow(TileInfo const volatile *info, uint64_t const *bitmap, int vr, int col)
+__device__ __forceinline__ uint32_t visibleWindow(TileInfo const volatile *info, uint64_t const *vis, int vr, int col)
 {
   if (vr < 0)
     return 0u;
@@ -366,17 +451,17 @@ __device__ __forceinline__ uint32_t visibleWindow(TileInfo const volatile *info,
   uint32_t tree = 0;
   if (pre < W && !info->tree_too_big)
   {
-    int const start = -pre;  // tree index of key 0 of the window
+    int const start = -pre - info->vis_lo;  // window bit of key 0 (tree key -pre)
     if (start >= 0)
     {
       int const w = start >> 6, sh = start & 63;
-      uint64_t bits = bitmap[vr + w] >> sh;
-      if (sh > 64 - W && (w + 1) * 64 < info->T)
-        bits |= bitmap[vr + w + 1] << (64 - sh);
+      uint64_t bits = vis[vr + w] >> sh;
+      if (sh > 64 - W && w + 1 < info->vis_stride)
+        bits |= vis[vr + w + 1] << (64 - sh);
       tree = static_cast<uint32_t>(bits);
     }
     else
-      tree = static_cast<uint32_t>(bitmap[vr] << -start);  // -start < W
+      tree = static_cast<uint32_t>(vis[vr] << -start);  // prefix keys first: vis_lo = 0, -start < W
   }
   return (prefix | tree) & in_split;
 }
@@ -452,6 +537,7 @@ __device__ __forceinline__ void pipelineKV(KvLoader<Cfg> const &ld, int ntiles, 
   if (ntiles > 1)
     ld.issueIndices(1);
   cpAsyncCommit();
+  bool const moves = windowMoves(ld.sm.info);
   for (int j = 0; j < ntiles; ++j)
   {
     cpAsyncWait<0>();
@@ -463,6 +549,8 @@ __device__ __forceinline__ void pipelineKV(KvLoader<Cfg> const &ld, int ntiles, 
         ld.issueIndices(j + 2);
     }
     cpAsyncCommit();
+    if (moves)
+      advanceVisibility<Cfg>(ld.p, ld.sm, j);
     compute(j, kv_base + (j & 1) * Cfg::KV_STAGE_BYTES);
   }
 }
@@ -521,13 +609,11 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
   extern __shared__ __align__(16) unsigned char smem[];
   unsigned char *const v_smem = smem + Cfg::KV_BYTES;
   float4 *const xbuf = reinterpret_cast<float4 *>(smem + Cfg::KV_BYTES + Cfg::V_BYTES);
-  uint64_t *const bitmap = reinterpret_cast<uint64_t *>(smem + Cfg::KV_BYTES + Cfg::V_BYTES + Cfg::X_BYTES);
+  uint64_t *const vis = reinterpret_cast<uint64_t *>(smem + Cfg::KV_BYTES + Cfg::V_BYTES + Cfg::X_BYTES);
   int64_t *const ring = reinterpret_cast<int64_t *>(smem + Cfg::KV_BYTES + Cfg::V_BYTES + Cfg::X_BYTES +
-                                                    Cfg::BITMAP_BYTES);
-  int32_t *const sparent = reinterpret_cast<int32_t *>(smem + Cfg::KV_BYTES + Cfg::V_BYTES + Cfg::X_BYTES +
-                                                       Cfg::BITMAP_BYTES + Cfg::RING_BYTES);
+                                                    Cfg::VIS_BYTES);
   TileInfo *const info_w = reinterpret_cast<TileInfo *>(smem + Cfg::KV_BYTES + Cfg::V_BYTES + Cfg::X_BYTES +
-                                                        Cfg::BITMAP_BYTES + Cfg::RING_BYTES + Cfg::PARENT_BYTES);
+                                                        Cfg::VIS_BYTES + Cfg::RING_BYTES);
   TileInfo const volatile *const info = info_w;
 
   int const tid = threadIdx.x;
@@ -536,7 +622,7 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
   constexpr int KS = Cfg::KSPLIT;
   constexpr int PAIRS = Cfg::PAIRS;
 
-  TileSmem const sm{bitmap, ring, sparent, info_w};
+  TileSmem const sm{vis, ring, info_w};
   TileSetup st;
   uint32_t const kv_base = smemAddr(smem);
   if (!beginTile<Cfg>(p, b, mt, split, head, kv_base, sm, st))
@@ -550,8 +636,7 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
     int const k0 = (kh * Cfg::KSTEPS + ks) * 16;
     ldmatrixX4(qf[ks], kv_base + (rg * 16 + (lane & 15)) * KVB + (k0 + (lane >> 4) * 8) * 2);
   }
-  walkAncestors<Cfg>(st, sm);
-  __syncthreads();  // Q staging is free for KV tiles; ancestor sets are visible
+  __syncthreads();  // Q staging is free for KV tiles
 
   // Per-thread rows: g and g + 8 of the warp's row group.
   bool const rg_valid = tile_row0 + rg * 16 < rows_in_req;
@@ -563,7 +648,7 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
     int const rr = info->mt * M_TILE + rg_ * 16 + g_ + h * 8;
     int const t = info->T;
     int const rows = Cfg::FOLD_HEADS ? t * p.num_heads : t;
-    return rr < rows ? ((Cfg::FOLD_HEADS ? rr / p.num_heads : rr) - info->node_lo) * Cfg::ANC_WORDS : -1;
+    return rr < rows ? ((Cfg::FOLD_HEADS ? rr / p.num_heads : rr) - info->node_lo) * info->vis_stride : -1;
   };
   float const scale = p.sm_scale * LOG2E;
 
@@ -628,8 +713,8 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
       // One 32-bit window per row, shifted by this thread's column offset once, so each score
       // tests a constant bit. Two shared loads per row instead of one per score keep the
       // temporaries of the masked tiles from pushing the 200 accumulator registers into spills.
-      uint32_t const vm[2] = {visibleWindow<32>(info, bitmap, visRow(0), col0) >> (t4 * 2),
-                              visibleWindow<32>(info, bitmap, visRow(1), col0) >> (t4 * 2)};
+      uint32_t const vm[2] = {visibleWindow<32>(info, vis, visRow(0), col0) >> (t4 * 2),
+                              visibleWindow<32>(info, vis, visRow(1), col0) >> (t4 * 2)};
 #pragma unroll
       for (int n = 0; n < 4; ++n)
 #pragma unroll
@@ -732,9 +817,12 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
     // SGLang extend-kernel order: load this tile's slot indices, then K, then V as a second read of
     // the same rows; no prefetch across tiles.
     uint32_t const v_base = smemAddr(v_smem);
+    bool const moves = windowMoves(info);
     for (int j = 0; j < ntiles; ++j)
     {
       __syncthreads();  // previous tile fully consumed
+      if (moves)
+        advanceVisibility<Cfg>(p, sm, j);
       if (tid < N_TILE)
       {
         int const pos = info->s0 + j * N_TILE + tid;

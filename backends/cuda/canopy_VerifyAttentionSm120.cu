@@ -15,7 +15,9 @@ namespace Impl
 // memory feeds 64 query rows; 4 row groups x 2 K/V halves = 8 warps. 8 warps, not 9 or 12: the
 // register file is split over 4 sub-partitions, so 9 warps cap a thread at 168 registers (ptxas
 // spilled 508 B there) while 8 allow 255 for the 72 (Q) + 128 (O) + 16 (scores) this tile holds.
-using Sm120Config = TileConfig<4, 2, true, false>;
+// 4 KB of visibility words: the whole of a 1024-node tree for up to 32 nodes per tile (H >= 2);
+// with H = 1 (64 nodes) a window of 512 tree keys, rebuilt once per 512 keys.
+using Sm120Config = TileConfig<4, 2, true, false, 4096>;
 
 template <class PartialT>
 __global__ void __launch_bounds__(Sm120Config::THREADS, 1) sm120Kernel(VerifyParams const p, int m_tiles)
@@ -131,7 +133,7 @@ char const *verifyParamsProblem(VerifyParams const &p)
   if (p.max_tree < 0 || p.max_nodes < 0)
     return "max_tree and max_nodes must be >= 0";
   if (p.max_tree > MAX_TREE)
-    return "trees of more than 256 nodes are not served (shared-memory visibility sets)";
+    return "max_tree exceeds the largest tree the kernels serve (cuda::MAX_TREE)";
   if (p.nsplit < 1 || p.nsplit > MAX_NSPLIT)
     return "nsplit must be within [1, 256]";
   if (p.nsplit > 1 && (!p.partial_o || !p.partial_lse))

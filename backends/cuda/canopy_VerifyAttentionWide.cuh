@@ -55,23 +55,36 @@ struct WideConfig
   static constexpr int ALPHA_BYTES = ROW_GROUPS * QUARTERS * 32 * 4;  ///< rescale factor per reduced row
   static constexpr int STATS_BYTES = M_TILE * 8;  ///< final (max, sum) per row
   static constexpr int MAX_TILE_NODES = M_TILE;   ///< H = 1 puts M_TILE nodes in a tile
-  static constexpr int ANC_WORDS = MAX_TREE / 64;
-  static constexpr int BITMAP_BYTES = MAX_TILE_NODES * ANC_WORDS * 8;
+  // Visibility window words (VisWindow), as in the 16-row tile: all of a 1024-node tree for H >= 2.
+  static constexpr int VIS_BYTES = 4096;
+  static constexpr int VIS_WORDS = VIS_BYTES / 8;
   static constexpr int RING_BYTES = 2 * N_TILE * 8;
-  static constexpr int PARENT_BYTES = MAX_TREE * 4;
-  static constexpr int INFO_BYTES = 64;
+  static constexpr int INFO_BYTES = 128;
   static constexpr int X_OFF = KV_BYTES;
   static constexpr int PREC_OFF = X_OFF + X_BYTES;
   static constexpr int ALPHA_OFF = PREC_OFF + PREC_BYTES;
   static constexpr int STATS_OFF = ALPHA_OFF + ALPHA_BYTES;
-  static constexpr int BITMAP_OFF = STATS_OFF + STATS_BYTES;
-  static constexpr int RING_OFF = BITMAP_OFF + BITMAP_BYTES;
-  static constexpr int PARENT_OFF = RING_OFF + RING_BYTES;
-  static constexpr int INFO_OFF = PARENT_OFF + PARENT_BYTES;
+  static constexpr int VIS_OFF = STATS_OFF + STATS_BYTES;
+  static constexpr int RING_OFF = VIS_OFF + VIS_BYTES;
+  static constexpr int INFO_OFF = RING_OFF + RING_BYTES;
   static constexpr int SMEM_BYTES = INFO_OFF + INFO_BYTES;
   static_assert(SMEM_BYTES <= static_cast<int>(SMEM_LIMIT), "tile exceeds the sm_120 99 KB shared-memory limit");
   static_assert(sizeof(TileInfo) <= INFO_BYTES, "TileInfo");
+  static_assert(VIS_WORDS >= MAX_TILE_NODES, "every tile node needs one 64-bit word (a 32-key tile window)");
 };
+
+/// Runs \p loop(std::true_type) when the visibility window moves during the KV loop (windowMoves),
+/// else \p loop(std::false_type), a copy of the loop without rebuild code. CTA-uniform. For this tile
+/// the two copies measured 1.0-2.2% slower than the kernel without windows on the H200 (T <= 256),
+/// the predicate in one loop 2.4-4.0% (docs/results/cuda-big-trees.md).
+template <class Loop>
+__device__ __forceinline__ void withWindowLoop(TileInfo const volatile *info, Loop &&loop)
+{
+  if (windowMoves(info))
+    loop(std::true_type{});
+  else
+    loop(std::false_type{});
+}
 
 template <class PartialT>
 __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int mt, int split)
@@ -86,9 +99,8 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
   uint4 *const prec = reinterpret_cast<uint4 *>(smem + Cfg::PREC_OFF);
   float *const alph = reinterpret_cast<float *>(smem + Cfg::ALPHA_OFF);
   float2 *const stats = reinterpret_cast<float2 *>(smem + Cfg::STATS_OFF);
-  uint64_t *const bitmap = reinterpret_cast<uint64_t *>(smem + Cfg::BITMAP_OFF);
+  uint64_t *const vis = reinterpret_cast<uint64_t *>(smem + Cfg::VIS_OFF);
   int64_t *const ring = reinterpret_cast<int64_t *>(smem + Cfg::RING_OFF);
-  int32_t *const sparent = reinterpret_cast<int32_t *>(smem + Cfg::PARENT_OFF);
   TileInfo *const info_w = reinterpret_cast<TileInfo *>(smem + Cfg::INFO_OFF);
   TileInfo const volatile *const info = info_w;
 
@@ -98,7 +110,7 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
   // row group, so one group's softmax can overlap the other's mma.
   int const rg = warp >> 2, q = warp & 3;
 
-  TileSmem const sm{bitmap, ring, sparent, info_w};
+  TileSmem const sm{vis, ring, info_w};
   TileSetup st;
   uint32_t const kv_base = smemAddr(smem);
   if (!beginTile<Cfg>(p, b, mt, split, 0, kv_base, sm, st))
@@ -111,8 +123,7 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
     for (int ks = 0; ks < Cfg::KSTEPS; ++ks)
       ldmatrixX4(qf[m][ks], kv_base + (rg * 32 + m * 16 + (lane & 15)) * KVB +
                                 ((q * Cfg::KSTEPS + ks) * 16 + (lane >> 4) * 8) * 2);
-  walkAncestors<Cfg>(st, sm);
-  __syncthreads();  // Q staging is free for KV tiles; ancestor sets are visible
+  __syncthreads();  // Q staging is free for KV tiles
 
   bool const rg_valid = st.tile_row0 + rg * 32 < st.rows_in_req;
   float const scale = p.sm_scale * LOG2E;
@@ -180,8 +191,8 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
     if (info->P - col_h < Cfg::HALF || info->s1 - col_h < Cfg::HALF)
     {
       int const rr = info->mt * M_TILE + rg * 32 + (q >> 1) * 16 + (lane >> 2) + (q & 1) * 8;
-      int const vr = rr < info->T * p.num_heads ? (rr / p.num_heads - info->node_lo) * Cfg::ANC_WORDS : -1;
-      uint32_t const vm = visibleWindow<Cfg::HALF>(info, bitmap, vr, col_h) >> (t4 * 2);
+      int const vr = rr < info->T * p.num_heads ? (rr / p.num_heads - info->node_lo) * info->vis_stride : -1;
+      uint32_t const vm = visibleWindow<Cfg::HALF>(info, vis, vr, col_h) >> (t4 * 2);
       x[0] = vm & 1u ? x[0] : NEG_INF;
       x[1] = vm & 2u ? x[1] : NEG_INF;
       x[2] = vm & 0x100u ? x[2] : NEG_INF;
@@ -285,10 +296,13 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
   __syncthreads();
   // Idle row groups run their own copy of the tile loop (same copies and barriers, no compute), so
   // the compute loop has no branch around its halves: branches there measured 1.3% slower.
-  auto tileLoop = [&](auto valid) {
+  auto tileLoop = [&](auto valid, auto moves) {
     constexpr bool VALID = decltype(valid)::value;
     for (int j = 0; j < ntiles; ++j)
     {
+      // After the __syncthreads that ended tile j - 1 (every softmax of it done).
+      if constexpr (decltype(moves)::value)
+        advanceVisibility<Cfg>(p, sm, j);
       uint32_t const buf = kv_base + (j & 1) * Cfg::KV_STAGE_BYTES;
       uint32_t const next = kv_base + ((j + 1) & 1) * Cfg::KV_STAGE_BYTES;
       int const col0 = info->s0 + j * N_TILE;
@@ -332,10 +346,12 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
       cpAsyncCommit();
     }
   };
-  if (rg_valid)
-    tileLoop(std::true_type{});
-  else
-    tileLoop(std::false_type{});
+  withWindowLoop(info, [&](auto moves) {
+    if (rg_valid)
+      tileLoop(std::true_type{}, moves);
+    else
+      tileLoop(std::false_type{}, moves);
+  });
 
   if (!rg_valid)
     return;

@@ -1,19 +1,26 @@
 /// \file tstVerifyAttentionCuda.cpp
-/// \brief cuda-sm120 and cuda-flat against the fp64 reference: a shape grid with the edge cases
-/// (P = 0, P < NSPLIT, T = 1, T = 65, ragged, padded rows, H not dividing the tile), every mask
-/// layout, both partial dtypes; then under CUDA graph capture (global mode) with the metadata,
-/// queries and pool replaced between replays, for every workspace strategy.
+/// \brief cuda-sm120, cuda-sm120-w32 and cuda-flat against the fp64 reference: a shape grid with
+/// the edge cases (P = 0, P < NSPLIT, T = 1, T = 65, ragged, padded rows, H not dividing the tile),
+/// every mask layout, both partial dtypes; trees up to cuda::MAX_TREE = 1024 nodes (deep chains,
+/// wide fans, ragged batches mixing small and big trees, visibility windows rebuilt mid-loop);
+/// then under CUDA graph capture (global mode) with the metadata, queries and pool replaced between
+/// replays, for every workspace strategy, in a small and a big-tree bucket.
+#include "canopy_Bf16.hpp"
 #include "canopy_CudaBatchStorage.hpp"
 #include "canopy_CudaDesigns.hpp"
 #include "canopy_CudaTestUtils.hpp"
 #include "canopy_TestSeed.hpp"
+#include "canopy_Random.hpp"
 #include "canopy_Registry.hpp"
+#include "canopy_Tree.hpp"
 #include "canopy_VerifyAttentionCuda.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <functional>
+#include <map>
+#include <numeric>
 #include <ostream>
 
 namespace canopy::test
@@ -75,6 +82,49 @@ HostProblem makeProblem(GridCase const &c, MaskLayout layout, uint64_t seed)
   return generateProblem(g);
 }
 
+/// The CUDA designs in every variant a check runs: both partial dtypes and NSPLIT 1 (the direct
+/// path) for the split designs, plus the Kokkos designs that run on CUDA memory in this build.
+struct Variant
+{
+  std::string label;
+  std::function<DesignPtr()> make;
+  int nsplit;
+};
+
+std::vector<Variant> cudaVariants(int nsplit)
+{
+  std::vector<Variant> variants = {
+      {"cuda-sm120 f32", [] { return cuda::makeSm120Design(false); }, nsplit},
+      {"cuda-sm120 bf16", [] { return cuda::makeSm120Design(true); }, nsplit},
+      {"cuda-sm120 direct", [] { return cuda::makeSm120Design(false); }, 1},
+      {"cuda-sm120-w32 f32", [] { return cuda::makeSm120WideDesign(false); }, nsplit},
+      {"cuda-sm120-w32 bf16", [] { return cuda::makeSm120WideDesign(true); }, nsplit},
+      {"cuda-sm120-w32 direct", [] { return cuda::makeSm120WideDesign(false); }, 1},
+      {"cuda-flat", [] { return cuda::makeFlatDesign(); }, nsplit},
+  };
+  for (std::string const &n : kokkosDesignsOnCuda())
+    variants.push_back({n, [n] { return makeDesign(n); }, nsplit});
+  return variants;
+}
+
+/// Every variant on \p problem against \p reference: no NaN or unwritten element, within tolerance.
+void expectEveryVariantMatches(HostProblem const &problem, std::vector<double> const &reference, int nsplit,
+                               std::string const &label)
+{
+  for (Variant const &v : cudaVariants(nsplit))
+  {
+    DesignPtr design = v.make();
+    DesignOptions opt;
+    opt.nsplit = v.nsplit;
+    CheckResult const r = checkDesign(*design, problem, opt, reference);
+    std::string const what = label + " / " + v.label + " (" + r.path + ")";
+    EXPECT_EQ(r.error.num_bad, 0) << what << ": first bad element " << r.error.first_bad;
+    EXPECT_TRUE(r.error.pass) << what << ": rel-L2 " << r.error.rel_l2 << ", worst row rel-L2 "
+                              << r.error.worst_row_rel_l2 << " (row " << r.error.worst_row << "), max abs "
+                              << r.error.max_abs;
+  }
+}
+
 TEST_P(CudaGrid, matchesFp64ReferenceForEveryLayoutAndDesign)
 {
   CANOPY_REQUIRE_GPU();
@@ -82,39 +132,183 @@ TEST_P(CudaGrid, matchesFp64ReferenceForEveryLayoutAndDesign)
   for (MaskLayout layout : {MaskLayout::kFull, MaskLayout::kTree, MaskLayout::kParents})
   {
     HostProblem const problem = makeProblem(c, layout, 1000 + static_cast<uint64_t>(layout));
-    std::vector<double> const reference = referenceAttention(problem);
-    struct Variant
-    {
-      std::string label;
-      std::function<DesignPtr()> make;
-      int nsplit;
-    };
-    std::vector<Variant> variants = {
-        {"cuda-sm120 f32", [] { return cuda::makeSm120Design(false); }, c.nsplit},
-        {"cuda-sm120 bf16", [] { return cuda::makeSm120Design(true); }, c.nsplit},
-        {"cuda-sm120 direct", [] { return cuda::makeSm120Design(false); }, 1},
-        {"cuda-sm120-w32 f32", [] { return cuda::makeSm120WideDesign(false); }, c.nsplit},
-        {"cuda-sm120-w32 bf16", [] { return cuda::makeSm120WideDesign(true); }, c.nsplit},
-        {"cuda-sm120-w32 direct", [] { return cuda::makeSm120WideDesign(false); }, 1},
-        {"cuda-flat", [] { return cuda::makeFlatDesign(); }, c.nsplit},
-    };
-    for (std::string const &n : kokkosDesignsOnCuda())
-      variants.push_back({n, [n] { return makeDesign(n); }, c.nsplit});
-    for (auto const &v : variants)
-    {
-      DesignPtr design = v.make();
-      DesignOptions opt;
-      opt.nsplit = v.nsplit;
-      CheckResult const r = checkDesign(*design, problem, opt, reference);
-      std::string const what = std::string(c.name) + " / " + toString(layout) + " / " + v.label + " (" + r.path + ")";
-      EXPECT_EQ(r.error.num_bad, 0) << what << ": first bad element " << r.error.first_bad;
-      EXPECT_TRUE(r.error.pass) << what << ": rel-L2 " << r.error.rel_l2 << ", max abs " << r.error.max_abs;
-    }
+    expectEveryVariantMatches(problem, referenceAttention(problem), c.nsplit,
+                              std::string(c.name) + " / " + toString(layout));
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaGrid, ::testing::ValuesIn(GRID),
                          [](::testing::TestParamInfo<GridCase> const &i) { return std::string(i.param.name); });
+
+// ---- Trees up to cuda::MAX_TREE ------------------------------------------------------------------
+
+/// Tree shapes of the big-tree cases. DDTree grows its tree best-first from the drafter's
+/// per-position distributions: a deep top-1 path, wide fans where the drafter is unsure, and side
+/// branches off earlier nodes. Nodes are in creation order (parent[i] < i) in every kind.
+enum class TreeKind
+{
+  kDraft,  ///< makeDraftTree: a spine of <= 16 nodes with shallow side branches (the generator's trees)
+  kMixed,  ///< deep chains (depth about 0.4 T), wide fans and branches off random earlier nodes
+  kChain,  ///< one path: node i sees every node 0..i (the longest ancestor walks)
+  kFan,    ///< every node a child of the root: node i sees 0 and i
+};
+
+std::vector<int32_t> makeTree(TreeKind kind, int size, uint64_t seed)
+{
+  if (kind == TreeKind::kDraft)
+    return makeDraftTree(size, seed);
+  std::vector<int32_t> parent;
+  SplitMix64 rng(seed);
+  int tip = 0, fan = 0;  // end of the deepest chain; the node the current fan hangs off
+  for (int i = 0; i < size; ++i)
+  {
+    if (i == 0)
+      parent.push_back(-1);
+    else if (kind == TreeKind::kChain)
+      parent.push_back(i - 1);
+    else if (kind == TreeKind::kFan)
+      parent.push_back(0);
+    else
+    {
+      double const u = rng.uniform();
+      if (u < 0.4)
+      {
+        parent.push_back(tip);
+        tip = i;
+      }
+      else if (u < 0.75)
+        parent.push_back(fan);
+      else
+        parent.push_back(static_cast<int32_t>(rng.below(static_cast<uint64_t>(i))));
+      if (rng.uniform() < 0.03)
+        fan = static_cast<int>(rng.below(static_cast<uint64_t>(i) + 1));
+    }
+  }
+  return parent;
+}
+
+struct BigCase
+{
+  char const *name;
+  std::vector<int> trees;          ///< T per request
+  std::vector<int64_t> prefixes;   ///< P per request
+  std::vector<TreeKind> kinds;     ///< tree kind of request b: kinds[b % size]
+  int heads;
+  int nsplit;
+  int padded;    ///< empty requests appended
+  double logit;  ///< > 0: makeTreeDominant with this logit (long prefixes); 0: random values
+};
+
+void PrintTo(BigCase const &c, std::ostream *os) { *os << c.name; }
+
+/// A batch with the case's exact per-request sizes: slots scattered over a pool 1.25x the rows
+/// needed (a seeded shuffle), random bf16 values, optionally tree-dominant.
+HostProblem makeBigProblem(BigCase const &c, MaskLayout layout, uint64_t seed)
+{
+  HostProblem problem;
+  problem.shape.num_heads = c.heads;
+  int64_t need = 0;
+  for (size_t b = 0; b < c.trees.size(); ++b)
+    need += c.trees[b] + c.prefixes[b];
+  problem.num_slots = need + need / 4 + 1;
+  std::vector<int64_t> slots(static_cast<size_t>(problem.num_slots));
+  std::iota(slots.begin(), slots.end(), int64_t{0});
+  SplitMix64 rng(seed);
+  for (size_t i = slots.size(); i > 1; --i)
+    std::swap(slots[i - 1], slots[rng.below(i)]);
+  std::vector<RequestSpec> requests(c.trees.size());
+  auto next = slots.begin();
+  for (size_t b = 0; b < c.trees.size(); ++b)
+  {
+    RequestSpec &r = requests[b];
+    r.prefix_slots.assign(next, next + c.prefixes[b]);
+    next += c.prefixes[b];
+    r.tree_slots.assign(next, next + c.trees[b]);
+    next += c.trees[b];
+    r.parent = makeTree(c.kinds[b % c.kinds.size()], c.trees[b], seed + 7919ull * (b + 1));
+  }
+  problem.meta = buildMetadata(requests, layout);
+  padBatch(problem.meta, static_cast<int>(c.trees.size()) + c.padded);
+  fillRandomValues(problem, seed ^ 0x5bd1e995ull);
+  if (c.logit > 0)
+    makeTreeDominant(problem, seed, c.logit);
+  return problem;
+}
+
+using TK = TreeKind;
+// Every T of the acceptance list (1 and 65 are in GRID) at the heads that put the most nodes in a
+// row tile where it matters: H = 1 (64 nodes) makes cuda-sm120 and -w32 rebuild their 512-key
+// visibility window where one split holds more than 512 tree keys (NSPLIT 1), as does cuda-flat
+// (32 nodes, 2 KB); H = 3 cuts nodes at tile edges. Sizes stay within ~2 GFLOP of fp64 reference
+// per layout (deep trees at small H).
+BigCase const BIG[] = {
+    {"T64_T255_T256_T257", {64, 255, 256, 257}, {37, 0, 300, 129}, {TK::kDraft, TK::kMixed}, 8, 4, 1, 0},
+    {"T512_H3_Mixed", {512}, {200}, {TK::kMixed}, 3, 3, 0, 6},
+    {"T1024_H8_Draft", {1024}, {64}, {TK::kDraft}, 8, 2, 0, 0},
+    {"T1024_H1_Chain", {1024}, {0}, {TK::kChain}, 1, 5, 0, 0},
+    {"T1024_H2_Fan", {1024}, {300}, {TK::kFan}, 2, 7, 0, 8},
+    {"Ragged_1_to_1024_H1", {1, 1024, 33, 700}, {5, 100, 2000, 31}, {TK::kMixed}, 1, 6, 2, 8},
+    // The smallest case with a window rebuild in every design (one split, 64 or 32 nodes, 520 > 512
+    // tree keys): small enough for compute-sanitizer racecheck.
+    {"T520_H1_Rebuild", {520}, {0}, {TK::kMixed}, 1, 1, 0, 0},
+};
+
+class CudaBigTrees : public ::testing::TestWithParam<BigCase>
+{
+};
+
+TEST_P(CudaBigTrees, matchesFp64ReferenceForEveryLayoutAndDesign)
+{
+  CANOPY_REQUIRE_GPU();
+  BigCase const c = GetParam();
+  for (MaskLayout layout : {MaskLayout::kFull, MaskLayout::kTree, MaskLayout::kParents})
+  {
+    HostProblem const problem = makeBigProblem(c, layout, testSeed(3000 + static_cast<uint64_t>(layout)));
+    expectEveryVariantMatches(problem, referenceAttention(problem), c.nsplit,
+                              std::string(c.name) + " / " + toString(layout));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(BigTrees, CudaBigTrees, ::testing::ValuesIn(BIG),
+                         [](::testing::TestParamInfo<BigCase> const &i) { return std::string(i.param.name); });
+
+/// Host side of the big trees: the three layouts give the same reference on a 1024-node tree (the
+/// masks are built from the parents, the parents layout walks them), and the checker rejects each
+/// visibility mutation there, so the GPU cases above can fail.
+TEST(BigTreeHost, layoutsAgreeAndTheCheckerRejectsVisibilityMutations)
+{
+  BigCase const c{"host", {1024}, {16}, {TK::kMixed}, 1, 1, 0, 8};
+  std::vector<double> by_layout[3];
+  MaskLayout const layouts[] = {MaskLayout::kFull, MaskLayout::kTree, MaskLayout::kParents};
+  for (int l = 0; l < 3; ++l)
+    by_layout[l] = referenceAttention(makeBigProblem(c, layouts[l], testSeed(41)));
+  EXPECT_EQ(by_layout[0], by_layout[2]) << "full mask vs parents";
+  EXPECT_EQ(by_layout[1], by_layout[2]) << "tree mask vs parents";
+
+  HostProblem const problem = makeBigProblem(c, MaskLayout::kParents, testSeed(41));
+  auto asBf16 = [](std::vector<double> const &v) {
+    std::vector<uint16_t> out(v.size());
+    std::transform(v.begin(), v.end(), out.begin(), [](double x) { return floatToBf16(static_cast<float>(x)); });
+    return out;
+  };
+  std::vector<double> const &ref = by_layout[2];
+  EXPECT_TRUE(compareToReference(ref, asBf16(ref).data(), ref.size()).pass) << "bf16 rounding of the reference";
+  // Tree-dominant values: a wrong ancestor set moves a row by O(1) of its norm.
+  for (Mutation m : {Mutation::kSelfOnly, Mutation::kCausalTree, Mutation::kSiblingsVisible})
+  {
+    ErrorStats const e = compareToReference(ref, asBf16(mutatedReference(problem, m)).data(), ref.size());
+    EXPECT_FALSE(e.pass) << toString(m) << " passed: rel-L2 " << e.rel_l2 << ", worst row " << e.worst_row_rel_l2;
+  }
+  // Random values: the 16 prefix keys carry a visible share of every row (tree-dominant values
+  // hide them on purpose).
+  BigCase random_values = c;
+  random_values.logit = 0;
+  HostProblem const plain = makeBigProblem(random_values, MaskLayout::kParents, testSeed(42));
+  std::vector<double> const plain_ref = referenceAttention(plain);
+  ErrorStats const e = compareToReference(plain_ref, asBf16(mutatedReference(plain, Mutation::kNoPrefix)).data(),
+                                          plain_ref.size());
+  EXPECT_FALSE(e.pass) << "no-prefix passed: rel-L2 " << e.rel_l2 << ", worst row " << e.worst_row_rel_l2;
+}
 
 // A missing or misplaced barrier shows as outputs that change from run to run (a tile read while
 // the next copy overwrites it). The problem has what makes that likely: last row tiles with idle
@@ -191,10 +385,30 @@ TEST(CudaDesigns, planRejectsShapesTheKernelsCannotServe)
   auto design = cuda::makeSm120Design();
   PlanBounds b;
   b.max_batch = 1;
-  b.max_tree = cuda::MAX_TREE + 1;
+  b.max_tree = cuda::MAX_TREE;
   b.max_nodes = b.max_tree;
   DesignOptions opt;
-  EXPECT_THROW(design->plan(b, opt), InputError);
+  EXPECT_NO_THROW(design->plan(b, opt));
+  // Past the limit: Unsupported (canopy check / run report the design as unsupported and go on),
+  // naming the design and the limit.
+  b.max_tree = cuda::MAX_TREE + 1;
+  b.max_nodes = b.max_tree;
+  DesignPtr designs[] = {cuda::makeSm120Design(), cuda::makeSm120Design(true), cuda::makeSm120WideDesign(),
+                         cuda::makeFlatDesign()};
+  for (DesignPtr const &d : designs)
+  {
+    try
+    {
+      d->plan(b, opt);
+      ADD_FAILURE() << d->name() << ": plan accepted max_tree " << b.max_tree;
+    }
+    catch (Unsupported const &e)
+    {
+      std::string const what = e.what();
+      EXPECT_NE(what.find(d->name()), std::string::npos) << what;
+      EXPECT_NE(what.find(std::to_string(cuda::MAX_TREE)), std::string::npos) << what;
+    }
+  }
   b.max_tree = 8;
   b.max_nodes = 8;
   opt.nsplit = -1;
@@ -270,6 +484,7 @@ struct GraphCase
   std::function<DesignPtr()> make;
   WorkspaceStrategy workspace;
   MaskLayout layout;
+  bool big = false;  ///< the big-tree bucket (T <= 1024) instead of the small one (T <= 40)
 };
 
 // Test listings name the case, not the bytes of the struct (it holds a std::function).
@@ -279,36 +494,75 @@ class CudaGraph : public ::testing::TestWithParam<GraphCase>
 {
 };
 
-// Three steps of one bucket (3 rows, T <= 40, P <= 900): different trees, prefix lengths, slots,
-// queries and pool values, so a replay that reused anything from the captured step would fail.
-std::vector<HostProblem> bucketSteps(MaskLayout layout)
+/// One graph bucket: plan bounds and the steps replayed in it, with their fp64 references (shared
+/// by the cases of a layout: the big bucket's references are the expensive part of the suite).
+struct Bucket
 {
-  std::vector<HostProblem> steps;
-  GeneratorOptions g;
-  g.num_heads = 8;
-  g.mask_layout = layout;
-  g.batch = 3, g.tree_size = 33, g.prefix_len = 800, g.ragged = false, g.padded_rows = 0, g.seed = testSeed(21);
-  steps.push_back(generateProblem(g));
-  g.batch = 2, g.tree_size = 40, g.prefix_len = 900, g.ragged = true, g.padded_rows = 1, g.seed = testSeed(22);
-  steps.push_back(generateProblem(g));
-  g.batch = 1, g.tree_size = 17, g.prefix_len = 5, g.ragged = false, g.padded_rows = 2, g.seed = testSeed(23);
-  steps.push_back(generateProblem(g));
-  return steps;
+  PlanBounds bounds;
+  std::vector<HostProblem> steps;  ///< steps[0] has the most nodes (grow's eager warm-up)
+  std::vector<std::vector<double>> references;
+};
+
+// Three steps of one bucket: different trees, prefix lengths, slots, queries and pool values, so a
+// replay that reused anything from the captured step would fail. Small: 3 rows, T <= 40, P <= 900,
+// H = 8. Big: 3 rows, T <= 1024, P <= 2000, H = 2, ragged, the biggest tree in a different row in
+// each step (deep chains and wide fans).
+Bucket const &bucket(MaskLayout layout, bool big)
+{
+  static std::map<std::pair<MaskLayout, bool>, Bucket> cache;
+  auto const key = std::make_pair(layout, big);
+  auto const found = cache.find(key);
+  if (found != cache.end())
+    return found->second;
+  Bucket k;
+  k.bounds.max_batch = 3;
+  k.bounds.mask_layout = layout;
+  if (!big)
+  {
+    k.bounds.max_tree = 40;
+    k.bounds.max_prefix = 900;
+    k.bounds.max_nodes = 3 * 40;
+    k.bounds.num_heads = 8;
+    GeneratorOptions g;
+    g.num_heads = 8;
+    g.mask_layout = layout;
+    g.batch = 3, g.tree_size = 33, g.prefix_len = 800, g.ragged = false, g.padded_rows = 0, g.seed = testSeed(21);
+    k.steps.push_back(generateProblem(g));
+    g.batch = 2, g.tree_size = 40, g.prefix_len = 900, g.ragged = true, g.padded_rows = 1, g.seed = testSeed(22);
+    k.steps.push_back(generateProblem(g));
+    g.batch = 1, g.tree_size = 17, g.prefix_len = 5, g.ragged = false, g.padded_rows = 2, g.seed = testSeed(23);
+    k.steps.push_back(generateProblem(g));
+  }
+  else
+  {
+    k.bounds.max_tree = cuda::MAX_TREE;
+    k.bounds.max_prefix = 2000;
+    k.bounds.max_nodes = 1400;
+    k.bounds.num_heads = 2;
+    BigCase const steps[] = {
+        {"step0", {1024, 17, 300}, {100, 2000, 0}, {TK::kMixed, TK::kDraft, TK::kFan}, 2, 1, 0, 8},
+        {"step1", {257, 1000}, {64, 5}, {TK::kFan, TK::kMixed}, 2, 1, 1, 8},
+        {"step2", {65}, {900}, {TK::kMixed}, 2, 1, 2, 8},
+    };
+    for (size_t i = 0; i < 3; ++i)
+      k.steps.push_back(makeBigProblem(steps[i], layout, testSeed(31 + i)));
+  }
+  for (HostProblem const &s : k.steps)
+    k.references.push_back(referenceAttention(s));
+  return cache.emplace(key, std::move(k)).first->second;
 }
 
 TEST_P(CudaGraph, replayReadsTheLiveBuffers)
 {
   CANOPY_REQUIRE_GPU();
   GraphCase const c = GetParam();
-  std::vector<HostProblem> const steps = bucketSteps(c.layout);
+  DesignPtr design = c.make();
+  if (!design || design->memory() != MemoryKind::kCudaDevice)
+    GTEST_SKIP() << c.name << ": the design does not run on CUDA device memory in this build (needs a CUDA Kokkos)";
+  Bucket const &k = bucket(c.layout, c.big);
+  std::vector<HostProblem> const &steps = k.steps;
+  PlanBounds const &bounds = k.bounds;
   BatchCapacity cap{};
-  PlanBounds bounds;
-  bounds.max_batch = 3;
-  bounds.max_tree = 40;
-  bounds.max_prefix = 900;
-  bounds.max_nodes = 3 * 40;
-  bounds.num_heads = 8;
-  bounds.mask_layout = c.layout;
   for (auto const &s : steps)
   {
     BatchCapacity const k = BatchCapacity::of(s);
@@ -319,9 +573,6 @@ TEST_P(CudaGraph, replayReadsTheLiveBuffers)
     cap.num_slots = std::max(cap.num_slots, k.num_slots);
     cap.num_heads = k.num_heads;
   }
-  DesignPtr design = c.make();
-  if (!design || design->memory() != MemoryKind::kCudaDevice)
-    GTEST_SKIP() << c.name << ": the design does not run on CUDA device memory in this build (needs a CUDA Kokkos)";
   DesignOptions opt;
   opt.nsplit = 8;
   opt.workspace = c.workspace;
@@ -333,7 +584,7 @@ TEST_P(CudaGraph, replayReadsTheLiveBuffers)
   storage.upload(steps[0]);
   storage.poisonOutput();
   design->run(storage.ref(), storage.context());
-  expectMatches(referenceAttention(steps[0]), storage.downloadOutput(), std::string(c.name) + " eager");
+  expectMatches(k.references[0], storage.downloadOutput(), std::string(c.name) + " eager");
 
   storage.upload(steps[0]);
   storage.sync();
@@ -347,7 +598,7 @@ TEST_P(CudaGraph, replayReadsTheLiveBuffers)
     storage.upload(steps[i]);  // new metadata, q and pool in the same static buffers
     storage.poisonOutput();
     graph.replay(stream);
-    expectMatches(referenceAttention(steps[i]), storage.downloadOutput(),
+    expectMatches(k.references[i], storage.downloadOutput(),
                   std::string(c.name) + " replay of step " + std::to_string(i));
     // Rows past this step's nodes (padded requests, a smaller step in the bucket) keep the poison.
     std::vector<uint16_t> const all = storage.downloadOutputRows(cap.max_nodes);
@@ -371,6 +622,15 @@ INSTANTIATE_TEST_SUITE_P(
                                 WorkspaceStrategy::kPerCall, MaskLayout::kParents},
                       GraphCase{"flat_persistent_parents", [] { return cuda::makeFlatDesign(); },
                                 WorkspaceStrategy::kPersistent, MaskLayout::kParents},
+                      // The big-tree bucket: T up to 1024 in every layout and design.
+                      GraphCase{"big_sm120_persistent_full", [] { return cuda::makeSm120Design(); },
+                                WorkspaceStrategy::kPersistent, MaskLayout::kFull, true},
+                      GraphCase{"big_sm120_bf16_grow_parents", [] { return cuda::makeSm120Design(true); },
+                                WorkspaceStrategy::kGrow, MaskLayout::kParents, true},
+                      GraphCase{"big_w32_percall_tree", [] { return cuda::makeSm120WideDesign(); },
+                                WorkspaceStrategy::kPerCall, MaskLayout::kTree, true},
+                      GraphCase{"big_flat_persistent_parents", [] { return cuda::makeFlatDesign(); },
+                                WorkspaceStrategy::kPersistent, MaskLayout::kParents, true},
                       // Kokkos designs on a Kokkos::Cuda instance made from the storage's stream.
                       GraphCase{"kokkos_team_persistent_tree", [] { return maybeDesign("kokkos-team"); },
                                 WorkspaceStrategy::kPersistent, MaskLayout::kTree},
