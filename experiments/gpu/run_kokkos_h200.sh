@@ -20,7 +20,7 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
-{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; lscpu | grep -E "Model name|^CPU\(s\)"; } > "$out/machine.txt" 2>&1
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; lscpu | grep -E "Model name|^CPU\(s\)|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)|Flags" | cut -c1-400; } > "$out/machine.txt" 2>&1
 
 for step in $steps; do
   case $step in
