@@ -380,6 +380,7 @@ TYPED_TEST(VerifyAttentionKokkos, autoSplitFollowsTheSpace)
   int const h200 = 132 * 2048;
   EXPECT_EQ((Impl::autoNsplit<TypeParam, Impl::StreamedTiles>(PlanBounds{8, 256, 16384, 2048, 8, MaskLayout::kTree}, h200)), 1);
   EXPECT_EQ((Impl::autoNsplit<TypeParam, Impl::StreamedTiles>(PlanBounds{1, 17, 16384, 17, 8, MaskLayout::kTree}, h200)), 64);
+}
 
 // With a long prefix and random values the tree keys carry little of the attention, so a
 // visibility bug moves the output little (at P = 16384 the checker lets self-only, causal and

@@ -414,38 +414,12 @@ struct VerifySplitKernel
     });
   }
 
-  /// vis[il][c] = node i0 + il sees tree node k0 + c. full/tree layouts read the mask bytes;
-  /// parents walks the ancestor chain of each node (O(depth) per node and tile, no T x T state).
+  /// vis[il][c] = node i0 + il sees tree node k0 + c.
   KOKKOS_INLINE_FUNCTION void loadVisibility(Member const &member, TileRefs const &t, int b, int64_t node0, int64_t P,
                                              int64_t T, int64_t i0, int64_t ni, int64_t k0, int nk) const
   {
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, static_cast<int>(ni)), [&](int il) {
-      int64_t const i = i0 + il;
-      uint8_t *row = t.vis + il * N;
-      if (a.mask_layout == MaskLayout::kParents)
-      {
-        for (int c = 0; c < N; ++c)
-          row[c] = 0;
-        int32_t const *parent = a.tree_parent.data() + node0;
-        // parent[k] < k on valid trees; the guard stops a malformed chain instead of looping.
-        for (int64_t k = i; k >= k0; )
-        {
-          if (k < k0 + nk)
-            row[k - k0] = 1;
-          int64_t const p = parent[k];
-          if (p >= k)
-            break;
-          k = p;
-        }
-      }
-      else
-      {
-        bool const full = a.mask_layout == MaskLayout::kFull;
-        int64_t const base = a.mask_indptr(b) + (full ? i * (P + T) + P : i * T) + k0;
-        for (int c = 0; c < N; ++c)
-          row[c] = c < nk ? a.custom_mask(base + c) : 0;
-      }
-    });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, static_cast<int>(ni)),
+                         [&](int il) { treeVisibilityRow<N>(a, b, node0, P, T, i0 + il, k0, nk, t.vis + il * N); });
   }
 
   /// Online softmax over this tile: columns past nk and invisible tree columns get p = 0; alpha

@@ -243,33 +243,8 @@ struct VerifyStreamedKernel
     });
     if (!tree)
       return;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, static_cast<int>(ni)), [&](int il) {
-      int64_t const i = i0 + il;
-      uint8_t *row = sc.vis + il * N;
-      if (a.mask_layout == MaskLayout::kParents)
-      {
-        for (int c = 0; c < N; ++c)
-          row[c] = 0;
-        int32_t const *parent = a.tree_parent.data() + node0;
-        // parent[k] < k on valid trees; the guard stops a malformed chain instead of looping.
-        for (int64_t k = i; k >= k0;)
-        {
-          if (k < k0 + nk)
-            row[k - k0] = 1;
-          int64_t const p = parent[k];
-          if (p >= k)
-            break;
-          k = p;
-        }
-      }
-      else
-      {
-        bool const full = a.mask_layout == MaskLayout::kFull;
-        int64_t const base = a.mask_indptr(b) + (full ? i * (P + T) + P : i * T) + k0;
-        for (int c = 0; c < N; ++c)
-          row[c] = c < nk ? a.custom_mask(base + c) : 0;
-      }
-    });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, static_cast<int>(ni)),
+                         [&](int il) { treeVisibilityRow<N>(a, b, node0, P, T, i0 + il, k0, nk, sc.vis + il * N); });
   }
 
   /// Q columns [d0, d0 + DC) of the tile's rows (pre-scaled by sm_scale) and the same columns of

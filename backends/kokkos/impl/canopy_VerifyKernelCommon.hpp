@@ -4,6 +4,7 @@
 #pragma once
 
 #include "canopy_Bf16.hpp"
+#include "canopy_VerifyArgs.hpp"
 
 #include <Kokkos_Core.hpp>
 
@@ -45,6 +46,38 @@ KOKKOS_INLINE_FUNCTION float expNonPositive(float x)
   float scale;
   memcpy(&scale, &bits, sizeof(scale));
   return scale * p;
+}
+
+/// \brief row[c] = tree node \p i (of the request starting at node row \p node0) sees tree node
+/// k0 + c, for c < N (0 past \p nk). full/tree layouts read the mask bytes; parents walks the
+/// ancestor chain of node i (O(depth) per node and tile, no T x T state).
+template <int N, class MemorySpace>
+KOKKOS_INLINE_FUNCTION void treeVisibilityRow(VerifyArgs<MemorySpace> const &a, int b, int64_t node0, int64_t P,
+                                              int64_t T, int64_t i, int64_t k0, int nk, uint8_t *row)
+{
+  if (a.mask_layout == MaskLayout::kParents)
+  {
+    for (int c = 0; c < N; ++c)
+      row[c] = 0;
+    int32_t const *parent = a.tree_parent.data() + node0;
+    // parent[k] < k on valid trees; the guard stops a malformed chain instead of looping.
+    for (int64_t k = i; k >= k0;)
+    {
+      if (k < k0 + nk)
+        row[k - k0] = 1;
+      int64_t const p = parent[k];
+      if (p >= k)
+        break;
+      k = p;
+    }
+  }
+  else
+  {
+    bool const full = a.mask_layout == MaskLayout::kFull;
+    int64_t const base = a.mask_indptr(b) + (full ? i * (P + T) + P : i * T) + k0;
+    for (int c = 0; c < N; ++c)
+      row[c] = c < nk ? a.custom_mask(base + c) : 0;
+  }
 }
 
 /// \brief Four fp32 lanes, 16-byte aligned: the unit of the streamed kernel's scratch traffic.
