@@ -30,14 +30,20 @@ template <class ExecutionSpace,
           bool HOST = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename ExecutionSpace::memory_space>::accessible>
 struct VerifyTiles
 {
-  // Host cores (one team = one thread). Register blocks of 6 rows x 16 columns: 12 accumulators
-  // of 8 lanes + 2 loads + 1 broadcast fill AVX2's 16 vector registers (measured: scores 110,
-  // values 90 GFLOP/s on a Zen 4 core, GCC 12, -march=x86-64-v3; 4 or 8 rows measured slower).
+  // Host cores (one team = one thread). Register blocks of 6 rows x 2 packs: 12 accumulators + 2
+  // loads + 1 broadcast fill the 16 vector registers of AVX2 (6 x 16 columns of 8 lanes; measured:
+  // scores 110, values 90 GFLOP/s on a Zen 4 core, GCC 12, -march=x86-64-v3; 4 or 8 rows slower)
+  // and of SSE (6 x 8 columns of 4 lanes). The pack is as wide as the build's vector registers: a
+  // 256-bit pack in an SSE build is split by GCC through memory, about 30x slower.
   static constexpr int KV_TILE = 32;     ///< KV rows per tile: K 72 KiB + K^T 72 KiB fp32, L2-resident
+#if defined(__AVX__)
   static constexpr int PACK = 8;         ///< fp32 lanes of a FloatPack (256-bit)
+#else
+  static constexpr int PACK = 4;         ///< fp32 lanes of a FloatPack (128-bit)
+#endif
   static constexpr int ROW_BLOCK = 6;
-  static constexpr int SCORE_COLS = 16;
-  static constexpr int VALUE_COLS = 16;
+  static constexpr int SCORE_COLS = 2 * PACK;
+  static constexpr int VALUE_COLS = 2 * PACK;
   static constexpr int COMBINE_COLS = 32;
   /// Row cap: H=8 x T=33 (264 rows) fits one tile, so one team reads each KV row once per split.
   /// Scratch at 384 rows: Q 864 KiB + O 768 KiB + scores 48 KiB + the KV tile 144 KiB = 1.8 MiB of
