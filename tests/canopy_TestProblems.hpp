@@ -7,10 +7,10 @@
 
 namespace canopy::test
 {
-/// \brief A seeded DDTree-like problem (fragmented slots, random bf16) of the given shape; \p seed
-/// goes through testSeed (CANOPY_TEST_SEED shifts it).
+/// \brief A seeded DDTree-like problem (fragmented slots, random bf16, or tree-dominant values) of
+/// the given shape; \p seed goes through testSeed (CANOPY_TEST_SEED shifts it).
 inline HostProblem problemOf(int batch, int heads, int tree, int64_t prefix, MaskLayout mask, uint64_t seed,
-                             bool ragged = false, int padded = 0)
+                             bool ragged = false, int padded = 0, ValueMode values = ValueMode::kRandom)
 {
   GeneratorOptions g;
   g.batch = batch;
@@ -21,6 +21,7 @@ inline HostProblem problemOf(int batch, int heads, int tree, int64_t prefix, Mas
   g.seed = testSeed(seed);
   g.ragged = ragged;
   g.padded_rows = padded;
+  g.values = values;
   return generateProblem(g);
 }
 } // namespace canopy::test

@@ -389,15 +389,7 @@ TYPED_TEST(VerifyAttentionKokkos, autoSplitFollowsTheSpace)
 // must be rejected against the true tree's reference.
 HostProblem treeDominantProblem(int batch, int heads, int tree, int64_t prefix, MaskLayout m, uint64_t seed)
 {
-  GeneratorOptions g;
-  g.batch = batch;
-  g.num_heads = heads;
-  g.tree_size = tree;
-  g.prefix_len = prefix;
-  g.mask_layout = m;
-  g.values = ValueMode::kTreeDominant;
-  g.seed = canopy::test::testSeed(seed);
-  return generateProblem(g);
+  return problemOf(batch, heads, tree, prefix, m, seed, false, 0, ValueMode::kTreeDominant);
 }
 
 TYPED_TEST(VerifyAttentionKokkos, treeDominantValuesInEveryLayout)

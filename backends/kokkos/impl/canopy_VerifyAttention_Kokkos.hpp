@@ -297,20 +297,11 @@ struct VerifySplitKernel
 
   KOKKOS_INLINE_FUNCTION void operator()(Member const &member) const
   {
-    int league = member.league_rank();
-    int const partials = plan.nsplit + 1;
-    int const split = league % partials;
-    league /= partials;
-    int const group = league % plan.num_head_groups;
-    int const b = league / plan.num_head_groups;
-    if (b >= a.batch_size)
+    TeamTask task;
+    if (!decodeTeam(member.league_rank(), plan, a, task))
       return;
-    int64_t const node0 = a.qo_indptr(b);
-    int64_t const T = a.qo_indptr(b + 1) - node0;
-    int const h0 = group * plan.heads_per_group;
-    int const nh = a.num_heads - h0 < plan.heads_per_group ? a.num_heads - h0 : plan.heads_per_group;
-    if (T <= 0 || nh <= 0)
-      return;
+    int const split = task.split, b = task.b, h0 = task.h0, nh = task.nh;
+    int64_t const node0 = task.node0, T = task.T;
     int64_t const kv0 = a.kv_indptr(b);
     int64_t const P = a.kv_indptr(b + 1) - kv0;
     bool const tree = split == plan.nsplit;

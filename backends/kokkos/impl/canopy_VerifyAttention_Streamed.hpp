@@ -160,23 +160,14 @@ struct VerifyStreamedKernel
 
   KOKKOS_INLINE_FUNCTION void operator()(Member const &member) const
   {
-    int league = member.league_rank();
-    int const row_tile = league % plan.row_tiles;
-    league /= plan.row_tiles;
-    int const partials = plan.nsplit + 1;
-    int const split = league % partials;
-    league /= partials;
-    int const group = league % plan.num_head_groups;
-    int const b = league / plan.num_head_groups;
-    if (b >= a.batch_size)
+    TeamTask task;
+    if (!decodeTeam(member.league_rank(), plan, a, task))
       return;
-    int64_t const node0 = a.qo_indptr(b);
-    int64_t const T = a.qo_indptr(b + 1) - node0;
-    int const h0 = group * plan.heads_per_group;
-    int const nh = a.num_heads - h0 < plan.heads_per_group ? a.num_heads - h0 : plan.heads_per_group;
+    int const split = task.split, b = task.b, h0 = task.h0, nh = task.nh;
+    int64_t const node0 = task.node0, T = task.T;
     int64_t const nodes_per_tile = plan.rows_per_tile / plan.heads_per_group;
-    int64_t const i0 = row_tile * nodes_per_tile;
-    if (nh <= 0 || i0 >= T)
+    int64_t const i0 = task.row_tile * nodes_per_tile;
+    if (i0 >= T)
       return;
     int64_t const ni = T - i0 < nodes_per_tile ? T - i0 : nodes_per_tile;
     int const rows = static_cast<int>(ni * nh);

@@ -48,6 +48,38 @@ KOKKOS_INLINE_FUNCTION float expNonPositive(float x)
   return scale * p;
 }
 
+/// \brief What one team of a split kernel works on: league index = ((request x head groups + group)
+/// x partials + split) x row tiles + row tile (row tile fastest; 1 row tile where a team walks
+/// them itself). Partial nsplit is the tree part.
+struct TeamTask
+{
+  int split, group, b, row_tile;
+  int64_t node0, T;  ///< the request's first node row and tree size
+  int h0, nh;        ///< the group's first head and head count
+};
+
+/// \brief Decodes \p league; false when the team has nothing to do (a request past the batch, an
+/// empty tree or head group).
+template <class MemorySpace>
+KOKKOS_INLINE_FUNCTION bool decodeTeam(int league, VerifyPlan const &plan, VerifyArgs<MemorySpace> const &a,
+                                       TeamTask &t)
+{
+  t.row_tile = league % plan.row_tiles;
+  league /= plan.row_tiles;
+  int const partials = plan.nsplit + 1;
+  t.split = league % partials;
+  league /= partials;
+  t.group = league % plan.num_head_groups;
+  t.b = league / plan.num_head_groups;
+  if (t.b >= a.batch_size)
+    return false;
+  t.node0 = a.qo_indptr(t.b);
+  t.T = a.qo_indptr(t.b + 1) - t.node0;
+  t.h0 = t.group * plan.heads_per_group;
+  t.nh = a.num_heads - t.h0 < plan.heads_per_group ? a.num_heads - t.h0 : plan.heads_per_group;
+  return t.T > 0 && t.nh > 0;
+}
+
 /// \brief row[c] = tree node \p i (of the request starting at node row \p node0) sees tree node
 /// k0 + c, for c < N (0 past \p nk). full/tree layouts read the mask bytes; parents walks the
 /// ancestor chain of node i (O(depth) per node and tile, no T x T state).
