@@ -3,9 +3,6 @@
 #include "canopy_Commands.hpp"
 #include "canopy_Error.hpp"
 #include "canopy_Runtime.hpp"
-#ifdef CANOPY_HAVE_GPU_LAB
-#include "canopy_LabDesigns.hpp"
-#endif
 
 #include <iostream>
 
@@ -23,7 +20,6 @@ int main(int argc, char **argv)
 #endif
 #ifdef CANOPY_HAVE_GPU_LAB
   canopy::cli::addPeaksCommand(app, action);
-  canopy::registerLabDesigns();  // measurement-only variants, selectable by name in configs and checks
 #endif
   try
   {

@@ -219,6 +219,10 @@ void registerCudaDesigns()
                  "hand-written CUDA split-K flash-decode: heads x nodes folded into 64-row mma.sync tiles, "
                  "cp.async 2-stage, <= 99 KB smem (sm_120 limits; H200 numbers are an sm_90 proxy)",
                  [] { return cuda::makeSm120Design(false); });
+  registerDesign("cuda-sm120-bf16p",
+                 "cuda-sm120 with bf16 split partials (experimental: half the workspace; 0.5-16% slower at B=1 on the "
+                 "H200, docs/results/cuda-h200.md; kept to measure again where memory is scarcer)",
+                 [] { return cuda::makeSm120Design(/*partial_bf16=*/true); }, /*experimental=*/true);
   registerDesign("cuda-sm120-w32",
                  "cuda-sm120 with 32 rows per warp: one ldmatrix.x4 feeds 4 mma instead of 2, paid for with a "
                  "4-warp score exchange and a softmax step per 16 keys (experimental: 5-9% slower than cuda-sm120 "

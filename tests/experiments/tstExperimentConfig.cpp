@@ -3,10 +3,6 @@
 #include "canopy_Error.hpp"
 #include "canopy_ExperimentConfig.hpp"
 
-#ifdef CANOPY_HAVE_GPU_LAB
-#include "canopy_LabDesigns.hpp"
-#endif
-
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -130,14 +126,6 @@ names = ["reference", "warp-drive"])",
 // (e.g. the CUDA designs in a host-only build).
 TEST(ExperimentConfig, bundledConfigsParse)
 {
-#ifdef CANOPY_HAVE_GPU_LAB
-  // The canopy command registers the measurement-only variants that cuda-kernels.toml names.
-  struct LabDesigns
-  {
-    LabDesigns() { registerLabDesigns(); }
-    ~LabDesigns() { unregisterLabDesigns(); }
-  } const lab;
-#endif
   int seen = 0;
   for (auto const &e : std::filesystem::directory_iterator(CANOPY_CONFIG_DIR))
   {
