@@ -4,6 +4,7 @@
 #include "canopy_Commands.hpp"
 #include "canopy_Error.hpp"
 #include "canopy_Reference.hpp"
+#include "canopy_Results.hpp"
 #include "canopy_TraceReader.hpp"
 #include "canopy_TraceSimulator.hpp"
 #include "canopy_TraceStats.hpp"
@@ -161,14 +162,14 @@ void writeSynthSummary(std::string const &path, std::string const &trace, Simula
       {"widest", dist(t.widest)},
       {"mean_branching", t.mean_branching},
   };
-  std::string const tmp = path + ".tmp";
+  try
   {
-    std::ofstream o(tmp, std::ios::binary);
-    o << j.dump(2) << "\n";
-    if (!o)
-      throw RuntimeFailure("--summary: cannot write '" + tmp + "'");
+    writeFileAtomically(path, j.dump(2) + "\n");
   }
-  std::filesystem::rename(tmp, path);
+  catch (RuntimeFailure const &e)
+  {
+    throw RuntimeFailure(std::string("--summary: ") + e.what());
+  }
 }
 
 int runSynth(SynthFlags const &f)
