@@ -27,6 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 import latency_model  # noqa: E402
+from plots.data import parse_input, size_label  # noqa: E402
 
 NAME = re.compile(r"ddtree_(?P<profile>[a-z0-9]+)_B(?P<B>\d+)_T(?P<T>\d+)_P(?P<P>\d+)(?P<unit>[KM]?)\.h5$")
 STEPS = 3          # verify steps per trace: the row's median is over STEPS trees per request
@@ -35,8 +36,15 @@ HEADS = 8
 PEER = "torch-gather-bmm"
 
 
-def size_label(n):
-    return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else str(n)
+def shape_label(B, T, P):
+    """The input label of a (B, T, P) row, as canopy run writes synthetic inputs."""
+    return f"B={B} H={HEADS} T={T} P={size_label(P)}"
+
+
+def shape_of(label):
+    """(B, T, P) of a shape_label."""
+    dims, _ = parse_input(label)
+    return dims["B"], dims["T"], dims["P"]
 
 
 def parse_trace_name(path):
@@ -70,12 +78,12 @@ def torch_rows(grid, samples, warmup):
     for B, T, P in grid:
         try:
             r = torch_reference.bench_shape(torch, B, T, P, HEADS, samples, warmup, flush)
-            rows.append({"design": PEER, "input": f"B={B} H={HEADS} T={T} P={size_label(P)}", "status": "ok"
+            rows.append({"design": PEER, "input": shape_label(B, T, P), "status": "ok"
                          if r["finite"] else "FAILED", "note": r["device"], "steps": 1, "samples": samples,
                          "median_s": r["median_us"] * 1e-6, "p10_s": r["p10_us"] * 1e-6, "p90_s": r["p90_us"] * 1e-6,
                          "mode": "graph", "l2_flush": True})
         except Exception as e:  # noqa: BLE001 (out of memory at the largest shapes is a result too)
-            rows.append({"design": PEER, "input": f"B={B} H={HEADS} T={T} P={size_label(P)}", "status": "unsupported",
+            rows.append({"design": PEER, "input": shape_label(B, T, P), "status": "unsupported",
                          "note": str(e).splitlines()[0][:200]})
         torch.cuda.empty_cache()
     return rows
@@ -90,13 +98,12 @@ def analyze(results, trace_dims, peer_rows, acceptance, out):
         if dims is None:
             continue
         B, T, P = dims
-        r = dict(r, input=f"B={B} H={HEADS} T={T} P={size_label(P)}", trace=r.get("input"))
+        r = dict(r, input=shape_label(B, T, P), trace=r.get("input"))
         rows.append(r)
     rows += peer_rows
     points = {}
     for r in rows:
-        m = re.fullmatch(r"B=(\d+) H=\d+ T=(\d+) P=(\d+)(K?)", r["input"])
-        B, T, P = int(m.group(1)), int(m.group(2)), int(m.group(3)) * (1024 if m.group(4) else 1)
+        B, T, P = shape_of(r["input"])
         if r.get("status") == "ok" and float(r.get("median_s") or 0) > 0:
             points.setdefault(r["design"], []).append((B, P, T, float(r["median_s"])))
         else:
@@ -124,14 +131,13 @@ def write_json(path, obj):
 
 def write_curve(rows, model, acceptance, out):
     designs = list(dict.fromkeys(r["design"] for r in rows))
-    shapes = sorted({(int(m.group(1)), int(m.group(3)) * (1024 if m.group(4) else 1), int(m.group(2)))
-                     for r in rows if (m := re.fullmatch(r"B=(\d+) H=\d+ T=(\d+) P=(\d+)(K?)", r["input"]))})
+    shapes = sorted({(B, P, T) for B, T, P in (shape_of(r["input"]) for r in rows)})
     cell = {(r["design"], r["input"]): r for r in rows}
     lines = ["| B | P | T | " + " | ".join(f"{d} µs" for d in designs) + " |",
              "|---:|---:|---:|" + "---:|" * len(designs)]
     csv = ["B,P,T," + ",".join(designs)]
     for B, P, T in shapes:
-        key = f"B={B} H={HEADS} T={T} P={size_label(P)}"
+        key = shape_label(B, T, P)
         vals, cvals = [], []
         for d in designs:
             r = cell.get((d, key))

@@ -18,7 +18,8 @@ import os
 import re
 import sys
 
-
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from plots import data  # noqa: E402  (input labels, as canopy run writes them)
 
 
 def quantile(sorted_samples, q):
@@ -159,12 +160,10 @@ def run(args):
 
 def parse_input(label):
     """(B, T, P) from a synthetic input label of canopy run ("B=8 H=8 T=33 P=64K"); None for traces."""
-    fields = dict(f.split("=", 1) for f in label.split() if "=" in f)
-    if not all(k in fields for k in ("B", "T", "P")):
+    dims, _ = data.parse_input(label)
+    if not all(k in dims for k in ("B", "T", "P")):
         return None
-    p = fields["P"]
-    prefix = int(p[:-1]) * 1024 if p.endswith("K") else int(p)
-    return int(fields["B"]), int(fields["T"]), prefix
+    return dims["B"], dims["T"], dims["P"]
 
 
 def chosen_nsplit(row):
