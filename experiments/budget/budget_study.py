@@ -66,6 +66,24 @@ def synth(canopy, path, profile, B, T, P, summary):
     subprocess.run(cmd, check=True)
 
 
+def run_canopy(canopy, config, run_dir, shards):
+    """canopy run of the config into run_dir, or shard by shard (skipping finished shards) and merged.
+    Returns the worst exit code: 0 ok, 1 a design failed its check, else an error."""
+    if shards == 1:
+        return subprocess.run([canopy, "run", config, "--out", run_dir]).returncode
+    rcs, dirs = [], []
+    for k in range(shards):
+        shard_dir = os.path.join(run_dir, f"shard-{k}")
+        dirs.append(shard_dir)
+        if os.path.exists(os.path.join(shard_dir, "results.json")):
+            continue
+        rcs.append(subprocess.run([canopy, "run", config, "--out", shard_dir, "--shard", f"{k}/{shards}"]).returncode)
+        if rcs[-1] not in (0, 1):
+            return rcs[-1]
+    rc = subprocess.run([canopy, "merge", *dirs, "--out", run_dir]).returncode
+    return rc if rc != 0 else max(rcs, default=0)
+
+
 def torch_rows(grid, samples, warmup):
     """PyTorch gather + bmm reference (experiments/peers/torch_reference.py) on every (B, T, P)."""
     sys.path.insert(0, os.path.join(os.path.dirname(HERE), "peers"))
@@ -182,7 +200,14 @@ def main(argv=None):
     ap.add_argument("--peer-samples", type=int, default=30)
     ap.add_argument("--format", default="png,pdf", help="figure formats for plot.py")
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--shards", type=int, default=1,
+                    help="run the config as N shards one after the other (canopy run --shard K/N into run/shard-K, "
+                         "then canopy merge); a shard whose results exist is not run again, so a study cut short "
+                         "resumes where it stopped")
     args = ap.parse_args(argv)
+    if args.shards < 1:
+        print(f"budget_study: --shards must be at least 1, got {args.shards}", file=sys.stderr)
+        return 2
     with open(args.config, "rb") as f:
         config = tomllib.load(f)
     traces = config.get("inputs", {}).get("traces", [])
@@ -210,13 +235,18 @@ def main(argv=None):
     except subprocess.CalledProcessError as e:
         return e.returncode
     run_dir = os.path.join(args.out, "run")
-    rc = subprocess.run([args.canopy, "run", args.config, "--out", run_dir]).returncode
+    rc = run_canopy(args.canopy, args.config, run_dir, args.shards)
     if rc not in (0, 1):
         return rc
+    peer_path = os.path.join(args.out, "peer.json")  # the peer's rows, kept so a resumed study reuses them
     peer_rows = []
-    if args.peer != "none":
+    if args.peer != "none" and os.path.exists(peer_path):
+        with open(peer_path, encoding="utf-8") as f:
+            peer_rows = json.load(f)
+    elif args.peer != "none":
         try:
             peer_rows = torch_rows(grid, args.peer_samples, 3)
+            write_json(peer_path, peer_rows)
         except (ImportError, RuntimeError) as e:
             if args.peer == "torch":
                 print(f"budget_study: --peer torch: {e}", file=sys.stderr)

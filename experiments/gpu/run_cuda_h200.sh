@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Checks and measurements of the CUDA designs on a GPU machine, from binaries built on another
 # machine (docs/design.md §6): experiments/gpu/run_cuda_h200.sh checks|measure <bin-dir> <lib-dir> <out-dir>
-#   checks : GPU test suite; compute-sanitizer memcheck and racecheck over every grid and graph case
-#            (sanitizer.md: one row per case) and the racecheck reproducer; SASS summary
+#   checks : GPU test suite; compute-sanitizer memcheck and racecheck over every case of the suite
+#            (sanitizer.md: one row per case, with seconds) and the racecheck reproducer; SASS summary
 #   measure: `canopy peaks` (ceilings, mma.sync per feed over warps per SM), then `canopy run` of
 #            experiments/configs/{cuda-kernels,cuda-masks,workspace,nsplit}.toml (one folder each
 #            under <out-dir>) and the PyTorch reference, joined into table.md
@@ -28,26 +28,33 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 configs=$here/experiments/configs
 
 if [ "$mode" = checks ]; then
+  export LC_ALL=C  # one collation for sort and join
   { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv; echo; } > "$out/run.log"
   timeout 180 "$test_bin" > "$out/tests.log" 2>&1
   echo "tests exit $?" | tee -a "$out/run.log"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$out/tests.log" | tee -a "$out/run.log"
-  # Every grid and graph case of the GPU suite (all designs, all layouts), one sanitizer run per
-  # case and tool; memcheck and racecheck run side by side (two processes on the GPU).
-  "$test_bin" --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}' | grep -E "^(Shapes|Strategies)/" > "$out/cases.txt"
-  sanitize() {  # tool case...: one line per case, "case | summary | exit"
-    local tool=$1; shift
-    for c in "$@"; do
-      local log; log=$(timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$test_bin" --gtest_filter="$c" 2>&1)
-      local rc=$?
-      printf '%s | %s | %s\n' "$c" "$(grep -E "(ERROR|RACECHECK) SUMMARY" <<<"$log" | sed 's/^========= //')" "$rc"
-      [ "$rc" -eq 0 ] || grep -E "Error|hazard|Read|Write" <<<"$log" | head -20 >> "$out/$tool-reports.log"
-    done
+  # Every case of the GPU suite (grid, graph and big-tree cases of all designs and layouts, and the
+  # runtime cases), one sanitizer process per case and tool. Racecheck on a 1024-node case runs for
+  # minutes, so CANOPY_SANITIZER_JOBS processes run side by side (default 6; the GPU machine has 16
+  # cores), each case under CANOPY_SANITIZER_TIMEOUT seconds (default 500), and
+  # CANOPY_SANITIZER_CASES (an extended regex, default all) picks a subset for a split run.
+  "$test_bin" --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}' |
+    grep -E "${CANOPY_SANITIZER_CASES:-.}" > "$out/cases.txt"
+  export test_bin out
+  sanitize() {  # tool case: one line, "case | summary | exit | seconds"
+    local tool=$1 c=$2 t0=$SECONDS log rc
+    log=$(timeout "${CANOPY_SANITIZER_TIMEOUT:-500}" compute-sanitizer --tool "$tool" --error-exitcode 9 "$test_bin" --gtest_filter="$c" 2>&1)
+    rc=$?
+    printf '%s | %s | %s | %s\n' "$c" "$(grep -E "(ERROR|RACECHECK) SUMMARY" <<<"$log" | sed 's/^========= //')" "$rc" "$((SECONDS - t0))"
+    [ "$rc" -eq 0 ] || { echo "== $c"; grep -E "Error|hazard|Read|Write|FAILED" <<<"$log" | head -20; } >> "$out/$tool-reports.log"
   }
+  export -f sanitize
   mapfile -t cases < "$out/cases.txt"
-  sanitize memcheck "${cases[@]}" > "$out/memcheck.txt" &
-  sanitize racecheck "${cases[@]}" > "$out/racecheck.txt"
-  wait
+  # Racecheck first and longest cases first (the big trees), memcheck in the same pool.
+  { grep -E "^BigTrees/" "$out/cases.txt" | sed 's/^/racecheck /'; grep -vE "^BigTrees/" "$out/cases.txt" | sed 's/^/racecheck /'
+    sed 's/^/memcheck /' "$out/cases.txt"; } |
+    xargs -P "${CANOPY_SANITIZER_JOBS:-6}" -L 1 bash -c 'sanitize "$0" "$1" >> "$out/$0.txt"'
+  sort -o "$out/memcheck.txt" "$out/memcheck.txt"; sort -o "$out/racecheck.txt" "$out/racecheck.txt"
   # The racecheck false positive that the tile kernels' idle row groups avoid (reproducer).
   for m in balanced unbalanced; do
     log=$(compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/canopy_RacecheckNamedBarrier" $m 2>&1)
@@ -57,13 +64,14 @@ if [ "$mode" = checks ]; then
   {
     echo "| case | memcheck | racecheck |"
     echo "|---|---|---|"
-    join -t '|' <(sed 's/ | /|/g' "$out/memcheck.txt" | sort) <(sed 's/ | /|/g' "$out/racecheck.txt" | sort) |
-      awk -F'|' '{printf "| %s | %s (exit %s) | %s (exit %s) |\n", $1, $2, $3, $4, $5}'
+    join -t '|' <(sed 's/ | /|/g' "$out/memcheck.txt") <(sed 's/ | /|/g' "$out/racecheck.txt") |
+      awk -F'|' '{printf "| %s | %s (exit %s, %s s) | %s (exit %s, %s s) |\n", $1, $2, $3, $4, $5, $6, $7}'
     echo
     sed 's/^/    /' "$out/reproducer.txt"
   } > "$out/sanitizer.md"
-  printf 'sanitizers: %d cases; memcheck non-zero exits: %d; racecheck non-zero exits: %d\n' "${#cases[@]}" \
-    "$(awk -F' [|] ' '$3 != 0' "$out/memcheck.txt" | wc -l)" "$(awk -F' [|] ' '$3 != 0' "$out/racecheck.txt" | wc -l)" | tee -a "$out/run.log"
+  printf 'sanitizers: %d cases; memcheck rows %d, non-zero exits: %d; racecheck rows %d, non-zero exits: %d\n' "${#cases[@]}" \
+    "$(wc -l < "$out/memcheck.txt")" "$(awk -F' [|] ' '$3 != 0' "$out/memcheck.txt" | wc -l)" \
+    "$(wc -l < "$out/racecheck.txt")" "$(awk -F' [|] ' '$3 != 0' "$out/racecheck.txt" | wc -l)" | tee -a "$out/run.log"
   cat "$out/reproducer.txt" | tee -a "$out/run.log"
   for arch in sm_90 sm_120; do
     echo "== SASS $arch: instruction counts per kernel" >> "$out/run.log"
