@@ -190,7 +190,7 @@ struct VerifyStreamedKernel
       return;
     }
     Scratch const sc(member.team_scratch(scratch_level).get_shmem(Scratch::bytes()));
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, R), [&](int r) {
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(member, int(R)), [&](int r) {
       sc.m[r] = NEG_INF;
       sc.l[r] = 0.f;
     });
@@ -217,7 +217,7 @@ struct VerifyStreamedKernel
         member.team_barrier();
       }
     }
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows), [&](int r) {
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(member, rows), [&](int r) {
       float const l = sc.l[r];
       ws_lse(wsRow(split, node0 + i0 + r / nh, h0 + r % nh)) = l > 0.f ? sc.m[r] + Compat::log(l) : NEG_INF;
     });
@@ -229,13 +229,17 @@ struct VerifyStreamedKernel
                                                      int64_t node0, int64_t kv0, int64_t P, int64_t T, int64_t i0,
                                                      int64_t ni, int64_t k0, int nk) const
   {
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, nk), [&](int n) {
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(member, nk), [&](int n) {
       sc.slot[n] = tree ? a.out_cache_loc(node0 + k0 + n) : a.kv_indices(kv0 + k0 + n);
     });
     if (!tree)
       return;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, static_cast<int>(ni)),
-                         [&](int il) { treeVisibilityRow<N>(a, b, node0, P, T, i0 + il, k0, nk, sc.vis + il * N); });
+    // One lane per node row: the parents walk clears the row and then marks ancestors, so two
+    // lanes writing the same row could clear a mark the other already set.
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, static_cast<int>(ni)), [&](int il) {
+      Kokkos::single(Kokkos::PerThread(member),
+                     [&]() { treeVisibilityRow<N>(a, b, node0, P, T, i0 + il, k0, nk, sc.vis + il * N); });
+    });
   }
 
   /// Q columns [d0, d0 + DC) of the tile's rows (pre-scaled by sm_scale) and the same columns of
@@ -321,7 +325,10 @@ struct VerifyStreamedKernel
           Kokkos::Max<float>(tile_max));
       // The Max reducer starts from -FLT_MAX, not -inf: a tile where this row sees nothing.
       tile_max = tile_max < -3.0e38f ? NEG_INF : tile_max;
-      float const m_old = sc.m[r];
+      // Lane 0 alone reads and writes the row's state (broadcast to the lanes): a read by the
+      // other lanes would race with the write below, which no barrier separates from it.
+      float m_old;
+      Kokkos::single(Kokkos::PerThread(member), [&](float &m) { m = sc.m[r]; }, m_old);
       float const m_new = tile_max > m_old ? tile_max : m_old;
       float sum = 0.f;
       Kokkos::parallel_reduce(
