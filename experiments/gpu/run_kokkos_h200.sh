@@ -3,7 +3,7 @@
 #   experiments/gpu/run_kokkos_h200.sh <cuda-bin-dir> <omp-bin-dir> <lib-dir> <out-dir> [steps]
 # <cuda-bin-dir>: the kokkos-cuda build's canopy and test binaries; <omp-bin-dir>: the kokkos-openmp
 # build's canopy; <lib-dir>: shared libraries the GPU machine lacks (toml++, cudart, ...).
-# steps (default all): tests check portability scaling
+# steps (default: tests check portability scaling; sanitize on request)
 #   tests       : the Kokkos and CUDA test binaries on the CUDA Kokkos (typed over Serial, OpenMP,
 #                 Cuda; the CUDA suite runs the Kokkos designs on Cuda, eager and graph-captured)
 #   check       : canopy check of every design on a bundled trace (eager, both value modes), and
@@ -12,6 +12,10 @@
 #   portability : canopy run experiments/configs/portability-gpu.toml (graph replay, L2 flushed,
 #                 the fp32 FMA, mma.sync and GEMM ceilings measured in the same run)
 #   scaling     : kokkos-team on the OpenMP build, 1..16 threads (experiments/configs/openmp-scaling.toml)
+#   sanitize    : compute-sanitizer racecheck, one process per Cuda-typed Kokkos test, Kokkos design
+#                 test and Kokkos graph case of the CUDA suite, 14 side by side, 130 s each
+#                 (racecheck.txt: process | summary | exit, seconds); memcheck of the two Kokkos
+#                 test binaries whole
 # Numbers from an H200 are an sm_90 proxy for the sm_120 design target.
 set -uo pipefail
 cuda_bin=$1 omp_bin=$2 lib=$3 out=$4
@@ -39,6 +43,28 @@ for step in $steps; do
     portability)
       timeout 420 "$cuda_bin/canopy" run experiments/configs/portability-gpu.toml --out "$out/portability-gpu" > "$out/portability.log" 2>&1
       echo "portability exit $?"
+      ;;
+    sanitize)
+      export cuda_bin out
+      rc() {  # binary test: one line, "binary test | summary | exit, seconds"
+        local t0=$SECONDS log code
+        log=$(timeout 130 compute-sanitizer --tool racecheck --error-exitcode 9 "$cuda_bin/$1" --gtest_filter="$2" 2>&1)
+        code=$?
+        printf '%s %s | %s | exit %s, %s s\n' "$1" "$2" "$(grep -E "RACECHECK SUMMARY" <<<"$log" | sed 's/^========= //')" \
+          "$code" "$((SECONDS - t0))"
+        [ "$code" -eq 0 ] || { echo "== $1 $2"; grep -E "Race reported|FAILED" <<<"$log" | head -20; } >> "$out/racecheck-reports.log"
+      }
+      export -f rc
+      list() { "$cuda_bin/$1" --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}' | grep -E "$2" | sed "s|^|$1 |"; }
+      { list canopy_Test_VerifyAttentionKokkos '/2\.'  # typed test 2 is Kokkos::Cuda
+        list canopy_Test_KokkosDesigns .
+        list canopy_Test_VerifyAttentionCuda kokkos; } |
+        xargs -P 14 -L 1 bash -c 'rc "$0" "$1"' | sort > "$out/racecheck.txt"
+      for t in canopy_Test_VerifyAttentionKokkos canopy_Test_KokkosDesigns; do
+        timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 "$cuda_bin/$t" > "$out/memcheck-$t.log" 2>&1
+        echo "memcheck $t exit $? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED) ' "$out/memcheck-$t.log" | tr '\n' ' ')"
+      done | tee "$out/memcheck.txt"
+      echo "racecheck: $(grep -c ' 0 hazards' "$out/racecheck.txt") of $(wc -l < "$out/racecheck.txt") processes with 0 hazards"
       ;;
     scaling)
       for n in 1 2 4 8 16; do
