@@ -164,7 +164,7 @@ def write_curve(rows, model, acceptance, out):
             cvals.append(f"{float(r['median_s']):.6e}" if ok else "")
         lines.append(f"| {B} | {size_label(P)} | {T} | " + " | ".join(vals) + " |")
         csv.append(f"{B},{P},{T}," + ",".join(cvals))
-    lines += ["", "Latency model fit (c0 + c1*B*T + c2*B*P + c3*B*T*P + c4*B*T^2, seconds; relative error over "
+    lines += ["", f"Latency model fit ({latency_model.FORM}, seconds; relative error over "
               "the measured points):", "", "| design | points | max rel. error | median rel. error | max T |",
               "|---|---:|---:|---:|---:|"]
     for name, d in model["designs"].items():

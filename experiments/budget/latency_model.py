@@ -4,11 +4,14 @@ A model file (JSON, schema "canopy-latency-model" version 1, documented in docs/
 holds, per design, the measured grid of median verify-attention latencies over (B, P, T) and a
 fitted roofline-shaped form
 
-    latency = c0 + c1*B*T + c2*B*P + c3*B*T*P + c4*B*T^2        (seconds; every c >= 0)
+    latency = c0 + c1*B*T + c2*B*P + c3*B*T*P + c4*B*T^2 + c5*P + c6*T*P   (seconds; every c >= 0)
 
 fitted by non-negative least squares on relative error (each point weighted by 1/measured). The
 terms: launch and fixed cost; per-node work (q read, out written); the KV prefix read; the
-score and PV products over the prefix; the tree part of those products (dense T x T).
+score and PV products over the prefix; the tree part of those products (dense T x T); and the
+critical path of one request, which does not grow with B while the GPU has room for more requests
+(a design that walks a request's prefix on few CTAs: cuda-flat at B = 1 and 8 took the same time
+at T <= 128 on the H200, which the B-scaled terms alone fit to within 87% only).
 
 latency() interpolates the measured grid (piecewise-linear in log2 T and log2 P, linear in B) when
 the query lies inside it, so it reproduces every measured point exactly, and uses the fitted form
@@ -22,12 +25,13 @@ import json
 import math
 
 SCHEMA = "canopy-latency-model"
-VERSION = 1
-TERMS = ("1", "B*T", "B*P", "B*T*P", "B*T^2")
+VERSION = 2  # 2: the per-request terms P and T*P (version 1 files have the first five terms only)
+TERMS = ("1", "B*T", "B*P", "B*T*P", "B*T^2", "P", "T*P")
+FORM = "c0 + c1*B*T + c2*B*P + c3*B*T*P + c4*B*T^2 + c5*P + c6*T*P"  # the terms in order, for tables
 
 
 def _term_values(B, P, T):
-    return (1.0, B * T, B * P, B * T * P, B * T * T)
+    return (1.0, B * T, B * P, B * T * P, B * T * T, P, T * P)
 
 
 def _solve(rows, rhs):
@@ -54,7 +58,7 @@ def _solve(rows, rhs):
 def fit_form(points):
     """points: [(B, P, T, seconds)]. Non-negative least squares on relative error, exactly: every
     subset of the terms is solved unconstrained and the best one with all coefficients >= 0 kept
-    (2^5 subsets). Returns (coefficients by term, max relative error, median relative error)."""
+    (2^7 - 1 subsets). Returns (coefficients by term, max relative error, median relative error)."""
     best = None
     n = len(TERMS)
     for k in range(1, n + 1):
@@ -118,7 +122,8 @@ def validate(model):
         if not cond:
             raise ValueError(f"latency model: {what}")
     need(isinstance(model, dict) and model.get("schema") == SCHEMA, f"schema must be '{SCHEMA}'")
-    need(model.get("version") == VERSION, f"version must be {VERSION}")
+    need(model.get("version") == VERSION, f"version must be {VERSION} (a version 1 file predates the per-request "
+                                          "terms: regenerate it with experiments/budget/budget_study.py)")
     need(isinstance(model.get("designs"), dict) and model["designs"], "designs must be a non-empty object")
     for name, d in model["designs"].items():
         g = d.get("grid", {})

@@ -5,6 +5,7 @@ the measured grid), dashed lines its fitted form alone; the caption gives each d
 """
 import math
 import os
+import re
 import sys
 
 import numpy as np
@@ -57,6 +58,7 @@ def model_figure(run, model):
     fits = "; ".join(f"{d}: max {100 * model['designs'][d]['fit']['max_rel_error']:.1f}%, median "
                      f"{100 * model['designs'][d]['fit']['median_rel_error']:.1f}%" for d in designs)
     notes = ["What latency does the model give a budget controller? Markers: measured medians; solid: the "
-             "model (grid interpolation); dashed: its fitted form c0 + c1 BT + c2 BP + c3 BTP + c4 BT^2, "
-             f"relative error {fits}."]
+             "model (grid interpolation); dashed: its fitted form " +
+             re.sub(r"(c\d)\*", r"\1 ", latency_model.FORM).replace("*", "") +
+             f", relative error {fits}."]
     return (fig, style.env_caption(run, width, extra=notes), f"{run.name}_model"), None

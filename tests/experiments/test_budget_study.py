@@ -105,7 +105,7 @@ class Shards(unittest.TestCase):
 
 
 class Model(unittest.TestCase):
-    COEF = {"1": 5e-6, "B*T": 0.0, "B*P": 2e-9, "B*T*P": 3e-12, "B*T^2": 4e-11}
+    COEF = {"1": 5e-6, "B*T": 0.0, "B*P": 2e-9, "B*T*P": 3e-12, "B*T^2": 4e-11, "P": 5e-9, "T*P": 0.0}
 
     def points(self):
         c = [self.COEF[t] for t in latency_model.TERMS]
@@ -131,6 +131,7 @@ class Model(unittest.TestCase):
         good = latency_model.build_model({"d": self.points()})
         latency_model.validate(good)
         for edit, what in ((lambda m: m.update(schema="x"), "schema"),
+                           (lambda m: m.update(version=1), "version"),
                            (lambda m: m["designs"]["d"]["fit"]["coefficients"].update({"B*P": -1.0}), "coefficients"),
                            (lambda m: m["designs"]["d"]["fit"]["coefficients"].pop("1"), "coefficients"),
                            (lambda m: m["designs"]["d"]["grid"]["median_s"][0][0].pop(), "median_s"),
