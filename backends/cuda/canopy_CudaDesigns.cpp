@@ -161,7 +161,7 @@ private:
   /// verifyWorkspaceBytes is never a row (subtracting it lost the last row: seen on the H200).
   int64_t workspaceRows(size_t bytes) const
   {
-    size_t const per_row = static_cast<size_t>(_nsplit) * (512 * (_bf16 ? 2 : 4) + sizeof(float));
+    size_t const per_row = static_cast<size_t>(_nsplit) * (partialRowBytes(_bf16) + sizeof(float));
     return static_cast<int64_t>(bytes / per_row);
   }
 
@@ -182,18 +182,18 @@ int suggestNsplit(PlanBounds const &b, int sm_count, bool partial_bf16)
   // mma.sync rate). A CTA also pays ~2 tiles to start (Q load, first KV tile in flight). Each
   // split adds its partials to the combine pass: rows x 2 KB (fp32) written and read at ~3 TB/s.
   constexpr double TILE_S = 2e-6, START_TILES = 2.0, PARTIAL_BW = 3e12;
-  int64_t const m_tiles = (static_cast<int64_t>(b.max_tree) * b.num_heads + 63) / 64;
+  int64_t const m_tiles = (static_cast<int64_t>(b.max_tree) * b.num_heads + SM120_M_TILE - 1) / SM120_M_TILE;
   int64_t const ctas_per_split = std::max<int64_t>(1, static_cast<int64_t>(b.max_batch) * m_tiles);
   int64_t const len = std::max<int64_t>(1, b.max_prefix + b.max_tree);
   double const rows = static_cast<double>(b.max_batch) * b.max_tree * b.num_heads;
-  double const split_cost = rows * 512 * (partial_bf16 ? 2 : 4) * 2 / PARTIAL_BW / TILE_S;
+  double const split_cost = rows * static_cast<double>(partialRowBytes(partial_bf16)) * 2 / PARTIAL_BW / TILE_S;
   int best = 1;
   double best_cost = 1e300;
-  int const max_ns = static_cast<int>(std::min<int64_t>(64, (len + 31) / 32));
+  int const max_ns = static_cast<int>(std::min<int64_t>(64, (len + SM120_N_TILE - 1) / SM120_N_TILE));
   for (int ns = 1; ns <= std::max(1, max_ns); ++ns)
   {
     int64_t const waves = (ctas_per_split * ns + std::max(1, sm_count) - 1) / std::max(1, sm_count);
-    int64_t const tiles = ((len + ns - 1) / ns + 31) / 32;
+    int64_t const tiles = ((len + ns - 1) / ns + SM120_N_TILE - 1) / SM120_N_TILE;
     double const cost = static_cast<double>(waves) * (static_cast<double>(tiles) + START_TILES) +
                         (ns > 1 ? 1.0 + ns * split_cost : 0.0);
     if (cost < best_cost - 1e-9)

@@ -50,11 +50,12 @@ inline VerifyParams makeVerifyParams(BatchRef const &batch, PlanBounds const &bo
 }
 
 /// \brief Points \p p's partials into \p base (verifyWorkspaceBytes(rows, nsplit, bf16) bytes):
-/// O partials first, then the lse array at a 256-byte boundary.
+/// O partials first, then the lse array at a PARTIAL_LSE_ALIGN-byte boundary.
 inline void bindWorkspace(VerifyParams &p, void *base, int64_t rows, bool partial_bf16)
 {
   size_t const r = static_cast<size_t>(rows > 0 ? rows : 0) * static_cast<size_t>(p.nsplit);
-  size_t const o_bytes = (r * 512 * (partial_bf16 ? 2 : 4) + 255) / 256 * 256;
+  size_t const o_bytes =
+      (r * partialRowBytes(partial_bf16) + PARTIAL_LSE_ALIGN - 1) / PARTIAL_LSE_ALIGN * PARTIAL_LSE_ALIGN;
   p.partial_o = base;
   p.partial_lse = base ? reinterpret_cast<float *>(static_cast<char *>(base) + o_bytes) : nullptr;
   p.partial_rows = base ? rows : 0;

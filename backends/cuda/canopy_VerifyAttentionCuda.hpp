@@ -4,6 +4,8 @@
 /// caller's stream and return cudaError_t. No Kokkos, no exceptions; plain g++ can include it.
 #pragma once
 
+#include "canopy_Types.hpp"
+
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -28,6 +30,16 @@ enum class MaskMode : int
 constexpr int MAX_TREE = 1024;
 /// KV splits a launch may use (lse of one row for all splits is read by each combine thread).
 constexpr int MAX_NSPLIT = 256;
+
+/// Split workspace layout: the O partials, [row][split][D_V] fp32 (or bf16 with partial_bf16), then
+/// the lse array, [row][split] fp32, at the next PARTIAL_LSE_ALIGN-byte boundary.
+constexpr size_t PARTIAL_LSE_ALIGN = 256;
+constexpr size_t partialRowBytes(bool partial_bf16) { return static_cast<size_t>(D_V) * (partial_bf16 ? 2 : 4); }
+
+/// The cuda-sm120 tile the host's split heuristic (suggestNsplit) counts in: (node, head) rows per
+/// CTA and keys per KV tile. The kernel's TileConfig static_asserts that it has these sizes.
+constexpr int SM120_M_TILE = 64;
+constexpr int SM120_N_TILE = 32;
 
 /// \brief Everything a verify launch needs. All pointers are device pointers to the native
 /// SGLang-layout buffers (docs/design.md §1); the kernels read them in place, every launch, so a CUDA
@@ -62,7 +74,7 @@ struct VerifyParams
 
   int nsplit = 1;       ///< KV splits per request; 1 = the main kernel writes `out` directly
 
-  /// Split partials (nsplit > 1): O normalised by its own softmax sum, [row][split][512], and
+  /// Split partials (nsplit > 1): O normalised by its own softmax sum, [row][split][D_V], and
   /// lse in log2 units, [row][split]. Rows >= partial_rows are not written and come out NaN.
   void *partial_o = nullptr;
   float *partial_lse = nullptr;

@@ -148,15 +148,16 @@ struct TileConfig
   static constexpr int THREADS = 32 * WARPS;
   static constexpr int M_TILE = 16 * ROW_GROUPS;
   static constexpr int N_TILE = 32;                 ///< KV rows per tile
-  static constexpr int KSTEPS = 36 / KSPLIT;        ///< k16 steps of Q per warp
-  static constexpr int PAIRS = (32 + KSPLIT - 1) / KSPLIT;  ///< 16-column output blocks per warp (max)
-  static constexpr int QK_CHUNKS = 72;    ///< 16-byte chunks in a 576-wide bf16 row
+  static constexpr int K16_STEPS = D_QK / 16;       ///< k16 steps of a whole Q row (36)
+  static constexpr int KSTEPS = K16_STEPS / KSPLIT;  ///< k16 steps of Q per warp
+  static constexpr int PAIRS = (D_V / 16 + KSPLIT - 1) / KSPLIT;  ///< 16-column output blocks per warp (max)
+  static constexpr int QK_CHUNKS = D_QK * 2 / 16;  ///< 16-byte chunks in a bf16 K row (72)
   static constexpr int LOAD_UNROLL = SEPARATE_V ? 4 : 8;  ///< KV copies unrolled per loop (register budget)
-  static constexpr int V_CHUNKS = 64;
+  static constexpr int V_CHUNKS = D_V * 2 / 16;    ///< 16-byte chunks in a bf16 V row (64)
   // Rows padded by 16 bytes: 1168 B = 73 chunks, odd, so the 8 row addresses of an ldmatrix
   // phase land in 8 different 16-byte bank groups (an unpadded 1152 B row puts all 8 in one).
-  static constexpr int KV_ROW_BYTES = (576 + 8) * 2;
-  static constexpr int V_ROW_BYTES = (512 + 8) * 2;
+  static constexpr int KV_ROW_BYTES = (D_QK + 8) * 2;
+  static constexpr int V_ROW_BYTES = (D_V + 8) * 2;
   static constexpr int KV_STAGES = SEPARATE_V ? 1 : 2;
   static constexpr int KV_STAGE_BYTES = N_TILE * KV_ROW_BYTES;
   static constexpr int Q_STAGE_BYTES = M_TILE * KV_ROW_BYTES;  // Q is staged through the KV stages once
@@ -171,7 +172,7 @@ struct TileConfig
   static constexpr int SMEM_BYTES = KV_BYTES + V_BYTES + X_BYTES + VIS_BYTES + RING_BYTES + INFO_BYTES;
   static_assert(SMEM_BYTES <= static_cast<int>(SMEM_LIMIT), "tile exceeds the sm_120 99 KB shared-memory limit");
   static_assert(VIS_WORDS >= MAX_TILE_NODES, "every tile node needs one 64-bit word (a 32-key tile window)");
-  static_assert(36 % KSPLIT == 0, "KSPLIT must divide the 36 k16 steps of a 576-wide row");
+  static_assert(K16_STEPS % KSPLIT == 0, "KSPLIT must divide the 36 k16 steps of a 576-wide row");
 };
 
 /// Visits the 16-byte chunks of \p ROWS rows of \p CHUNKS chunks (72: a 576-wide K row, 64: a
@@ -573,7 +574,7 @@ __device__ __forceinline__ void storeRow(VerifyParams const &p, bool direct, int
   }
   else if (gr < p.partial_rows)
   {
-    PartialT *prow = static_cast<PartialT *>(p.partial_o) + (gr * p.nsplit + split) * 512 + col;
+    PartialT *prow = static_cast<PartialT *>(p.partial_o) + (gr * p.nsplit + split) * D_V + col;
 #pragma unroll
     for (int n = 0; n < NBLK; ++n)
       if (n < live)

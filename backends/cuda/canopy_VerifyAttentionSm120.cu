@@ -18,6 +18,8 @@ namespace Impl
 // 4 KB of visibility words: the whole of a 1024-node tree for up to 32 nodes per tile (H >= 2);
 // with H = 1 (64 nodes) a window of 512 tree keys, rebuilt once per 512 keys.
 using Sm120Config = TileConfig<4, 2, true, false, 4096>;
+static_assert(Sm120Config::M_TILE == SM120_M_TILE && Sm120Config::N_TILE == SM120_N_TILE,
+              "suggestNsplit counts in the cuda-sm120 tile: keep SM120_M_TILE / SM120_N_TILE in step");
 
 template <class PartialT>
 __global__ void __launch_bounds__(Sm120Config::THREADS, 1) sm120Kernel(VerifyParams const p, int m_tiles)
@@ -33,15 +35,17 @@ __global__ void __launch_bounds__(WideConfig::THREADS, 1) sm120WideKernel(Verify
   verifyTileWide<PartialT>(p, blockIdx.y, blockIdx.x % m_tiles, blockIdx.x / m_tiles);
 }
 
-/// One 128-thread block per (node, head) row: weights 2^(lse_s - max) over the splits, 4 columns
-/// per thread. Rows past the live sum T (read from qo_indptr at run time) exit.
+/// One block per (node, head) row, COMBINE_COLS output columns per thread: weights
+/// 2^(lse_s - max) over the splits. Rows past the live sum T (read from qo_indptr at run time) exit.
+constexpr int COMBINE_COLS = 4;
+constexpr int COMBINE_THREADS = D_V / COMBINE_COLS;
 template <class PartialT>
-__global__ void __launch_bounds__(128) combineKernel(VerifyParams const p)
+__global__ void __launch_bounds__(COMBINE_THREADS) combineKernel(VerifyParams const p)
 {
   int64_t const row = blockIdx.x;
   if (row >= p.qo_indptr[p.batch_size] * p.num_heads)
     return;
-  int const c = threadIdx.x * 4;
+  int const c = threadIdx.x * COMBINE_COLS;
   uint16_t *orow = p.out + row * p.out_row_stride + c;
   if (row >= p.partial_rows)
   {
@@ -62,7 +66,7 @@ __global__ void __launch_bounds__(128) combineKernel(VerifyParams const p)
       continue;  // empty split: its O was never written
     float const w = exp2f(ls - mx);
     wsum += w;
-    PartialT const *src = static_cast<PartialT const *>(p.partial_o) + (row * ns + s) * 512 + c;
+    PartialT const *src = static_cast<PartialT const *>(p.partial_o) + (row * ns + s) * D_V + c;
     if constexpr (sizeof(PartialT) == 4)
     {
       float4 const v = *reinterpret_cast<float4 const *>(src);
@@ -89,8 +93,8 @@ size_t verifyWorkspaceBytes(int64_t rows, int nsplit, bool partial_bf16)
   if (nsplit <= 1 || rows <= 0)
     return 0;
   size_t const r = static_cast<size_t>(rows) * static_cast<size_t>(nsplit);
-  size_t const o = r * 512 * (partial_bf16 ? 2 : 4);
-  return o + r * sizeof(float) + 256;  // + alignment slack for the lse array
+  size_t const o = r * partialRowBytes(partial_bf16);
+  return o + r * sizeof(float) + PARTIAL_LSE_ALIGN;  // + alignment slack for the lse array
 }
 
 size_t sm120SharedBytes() { return Impl::Sm120Config::SMEM_BYTES; }
@@ -123,7 +127,7 @@ char const *verifyParamsProblem(VerifyParams const &p)
     return "kv_indices or out_cache_loc is null";
   if (p.mask == MaskMode::kParents ? !p.tree_parent : (!p.custom_mask || !p.mask_indptr))
     return "the mask layout's buffers (custom_mask + mask_indptr, or tree_parent) are null";
-  if (p.q_row_stride < 576 || p.kv_row_stride < 576 || p.out_row_stride < 512 || p.q_row_stride % 8 ||
+  if (p.q_row_stride < D_QK || p.kv_row_stride < D_QK || p.out_row_stride < D_V || p.q_row_stride % 8 ||
       p.kv_row_stride % 8 || p.out_row_stride % 8)
     return "row strides must cover the row (576 / 576 / 512) and be multiples of 8 elements (16-byte rows)";
   if (p.num_heads < 1)
@@ -169,9 +173,9 @@ cudaError_t launchSplit(VerifyParams const &p, cudaStream_t stream, KernelF32 f3
     return e;
   int64_t const rows = p.max_nodes * p.num_heads;
   if (p.partial_bf16)
-    Impl::combineKernel<__nv_bfloat16><<<static_cast<unsigned>(rows), 128, 0, stream>>>(p);
+    Impl::combineKernel<__nv_bfloat16><<<static_cast<unsigned>(rows), Impl::COMBINE_THREADS, 0, stream>>>(p);
   else
-    Impl::combineKernel<float><<<static_cast<unsigned>(rows), 128, 0, stream>>>(p);
+    Impl::combineKernel<float><<<static_cast<unsigned>(rows), Impl::COMBINE_THREADS, 0, stream>>>(p);
   return cudaGetLastError();
 }
 } // namespace

@@ -45,9 +45,9 @@ struct WideConfig
   static constexpr int KSTEPS = 9;    ///< k16 steps of Q per warp (144 dims)
   static constexpr int NBLK = 16;     ///< 8-column blocks of O per warp (128 columns)
   static constexpr bool FOLD_HEADS = true;
-  static constexpr int QK_CHUNKS = 72;
+  static constexpr int QK_CHUNKS = D_QK * 2 / 16;  ///< 16-byte chunks in a bf16 K row (72)
   static constexpr int LOAD_UNROLL = 8;
-  static constexpr int KV_ROW_BYTES = (576 + 8) * 2;  // 16-byte pad: conflict-free ldmatrix rows
+  static constexpr int KV_ROW_BYTES = (D_QK + 8) * 2;  // 16-byte pad: conflict-free ldmatrix rows
   static constexpr int KV_STAGE_BYTES = N_TILE * KV_ROW_BYTES;
   static constexpr int KV_BYTES = 2 * KV_STAGE_BYTES;  // also the 64-row Q staging area
   static constexpr int X_BYTES = WARPS * 4 * 32 * 16;  ///< partial scores: 4 float4 per lane and warp
