@@ -42,8 +42,9 @@ struct WideConfig
   static constexpr int M_TILE = 32 * ROW_GROUPS;
   static constexpr int N_TILE = 32;   ///< keys per cp.async stage
   static constexpr int HALF = 16;     ///< keys per softmax step
-  static constexpr int KSTEPS = 9;    ///< k16 steps of Q per warp (144 dims)
-  static constexpr int NBLK = 16;     ///< 8-column blocks of O per warp (128 columns)
+  static constexpr int KSTEPS = D_QK / 16 / QUARTERS;  ///< k16 steps of Q per warp (9: 144 dims)
+  static constexpr int NBLK = D_V / 8 / QUARTERS;      ///< 8-column blocks of O per warp (16: 128 columns)
+  static constexpr int GROUP_THREADS = 32 * QUARTERS;  ///< threads of a row group (its named barrier)
   static constexpr bool FOLD_HEADS = true;
   static constexpr int QK_CHUNKS = D_QK * 2 / 16;  ///< 16-byte chunks in a bf16 K row (72)
   static constexpr int LOAD_UNROLL = 8;
@@ -71,6 +72,7 @@ struct WideConfig
   static_assert(SMEM_BYTES <= static_cast<int>(SMEM_LIMIT), "tile exceeds the sm_120 99 KB shared-memory limit");
   static_assert(sizeof(TileInfo) <= INFO_BYTES, "TileInfo");
   static_assert(VIS_WORDS >= MAX_TILE_NODES, "every tile node needs one 64-bit word (a 32-key tile window)");
+  static_assert(D_QK % (16 * QUARTERS) == 0 && D_V % (8 * QUARTERS) == 0, "the quarters split Q.K^T and P.V evenly");
 };
 
 /// Runs \p loop(std::true_type) when the visibility window moves during the KV loop (windowMoves),
@@ -313,13 +315,13 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
         if (second)
           partialScores(s, buf, 1);
         softmaxRows(col0);
-        rowGroupBarrier(rg, 128);
+        rowGroupBarrier(rg, Cfg::GROUP_THREADS);
         if (second)
           storePartials(s);
         accumulatePV(buf, 0);
       }
       else
-        idleRowGroupBarrier(rg, 128);
+        idleRowGroupBarrier(rg, Cfg::GROUP_THREADS);
       if (!second)
         break;  // the split's last keys were in half 0 (no tile follows)
       cpAsyncWait<0>();
@@ -329,13 +331,13 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
         if (more)
           partialScores(s, next, 0);
         softmaxRows(col0 + Cfg::HALF);
-        rowGroupBarrier(rg, 128);
+        rowGroupBarrier(rg, Cfg::GROUP_THREADS);
         if (more)
           storePartials(s);
         accumulatePV(buf, 1);
       }
       else
-        idleRowGroupBarrier(rg, 128);
+        idleRowGroupBarrier(rg, Cfg::GROUP_THREADS);
       __syncthreads();
       if (j + 2 < ntiles)
       {
@@ -360,7 +362,7 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
   lrow += __shfl_xor_sync(0xffffffffu, lrow, 2);
   if (t4 == 0)
     stats[rg * 32 + (q >> 1) * 16 + (lane >> 2) + (q & 1) * 8] = make_float2(mrow, lrow);
-  rowGroupBarrier(rg, 128);
+  rowGroupBarrier(rg, Cfg::GROUP_THREADS);
 #pragma unroll
   for (int m = 0; m < 2; ++m)
 #pragma unroll
