@@ -27,7 +27,7 @@ import math
 SCHEMA = "canopy-latency-model"
 VERSION = 2  # 2: the per-request terms P and T*P (version 1 files have the first five terms only)
 TERMS = ("1", "B*T", "B*P", "B*T*P", "B*T^2", "P", "T*P")
-FORM = "c0 + c1*B*T + c2*B*P + c3*B*T*P + c4*B*T^2 + c5*P + c6*T*P"  # the terms in order, for tables
+FORM = " + ".join("c0" if t == "1" else f"c{i}*{t}" for i, t in enumerate(TERMS))  # for tables and captions
 
 
 def _term_values(B, P, T):

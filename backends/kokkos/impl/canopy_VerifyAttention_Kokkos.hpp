@@ -307,11 +307,7 @@ struct VerifySplitKernel
     bool const tree = split == plan.nsplit;
     int64_t lo = 0, hi = T;
     if (!tree)
-    {
-      int64_t const chunk = roundUp(ceilDiv(P, plan.nsplit), N);
-      lo = split * chunk;
-      hi = lo + chunk < P ? lo + chunk : P;
-    }
+      prefixChunk(P, plan.nsplit, split, N, lo, hi);
     TileRefs const t =
         carveTile<Tiles>(member.team_scratch(scratch_level).get_shmem(splitScratchBytes<Tiles>(plan)), plan.rows_per_tile);
     int64_t const nodes_per_tile = plan.rows_per_tile / nh;

@@ -100,26 +100,6 @@ struct StreamedScratch
   KOKKOS_INLINE_FUNCTION Float4 *vChunk() const { return stage + P_T; }
 };
 
-/// 16-byte load and store of a float workspace row segment (\pre 16-byte aligned).
-KOKKOS_INLINE_FUNCTION Float4 loadFloat4(float const *p)
-{
-  Float4 x;
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-  x = *reinterpret_cast<Float4 const *>(p);
-#else
-  memcpy(&x, p, sizeof(x));
-#endif
-  return x;
-}
-KOKKOS_INLINE_FUNCTION void storeFloat4(float *p, Float4 const &x)
-{
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-  *reinterpret_cast<Float4 *>(p) = x;
-#else
-  memcpy(p, &x, sizeof(x));
-#endif
-}
-
 /// \brief The streamed split kernel: one team per (request, head group, partial, row tile), the
 /// row tile fastest so that the teams reading one KV chunk run together and share it through L2.
 /// Partials are as in the resident kernel (prefix chunks, then the masked tree part); each writes
@@ -178,11 +158,7 @@ struct VerifyStreamedKernel
     if (tree)
       hi = T < i0 + ni ? T : i0 + ni;  // tree node j is visible to node i only if j <= i
     else
-    {
-      int64_t const chunk = roundUp(ceilDiv(P, plan.nsplit), N);
-      lo = split * chunk;
-      hi = lo + chunk < P ? lo + chunk : P;
-    }
+      prefixChunk(P, plan.nsplit, split, N, lo, hi);
     if (lo >= hi)
     {
       Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows),
@@ -384,7 +360,7 @@ struct VerifyStreamedKernel
       {
         int const r = 4 * rb + i;
         at[i] = r < rows ? wsRow(split, first_node + r / nh, h0 + r % nh) * D_V + c0 + 4 * cb : -1;
-        acc[i] = first || at[i] < 0 ? Float4{} : loadFloat4(out + at[i]);
+        acc[i] = first || at[i] < 0 ? Float4{} : load16<Float4>(out + at[i]);
         float const alpha = sc.alpha[r];
         for (int j = 0; j < 4; ++j)
           acc[i].v[j] *= alpha;
@@ -408,7 +384,7 @@ struct VerifyStreamedKernel
           for (int j = 0; j < 4; ++j)
             acc[i].v[j] *= inv;
         }
-        storeFloat4(out + at[i], acc[i]);
+        store16(out + at[i], acc[i]);
       }
     });
   }

@@ -22,6 +22,16 @@ KOKKOS_INLINE_FUNCTION constexpr int64_t ceilDiv(int64_t a, int64_t b) { return 
 KOKKOS_INLINE_FUNCTION constexpr int64_t roundUp(int64_t a, int64_t b) { return ceilDiv(a, b) * b; }
 KOKKOS_INLINE_FUNCTION constexpr size_t alignedBytes(size_t n) { return (n + 63) / 64 * 64; }
 
+/// Prefix keys [lo, hi) of partial \p split of \p nsplit over a prefix of \p P keys: chunks of
+/// ceil(P / nsplit) rounded up to whole \p tile-key tiles, so a tile never spans two partials
+/// (the last chunks may be short or empty: lo >= hi).
+KOKKOS_INLINE_FUNCTION void prefixChunk(int64_t P, int nsplit, int split, int64_t tile, int64_t &lo, int64_t &hi)
+{
+  int64_t const chunk = roundUp(ceilDiv(P, nsplit), tile);
+  lo = split * chunk;
+  hi = lo + chunk < P ? lo + chunk : P;
+}
+
 /// \brief exp(x) for x <= 0 in plain float arithmetic, so the softmax loop vectorises (with a libm
 /// expf call per score the kernel took 11% longer on the host at H=8, T=33, P=4096).
 /// 2^(x log2 e) = 2^k 2^f: k = round(x log2 e) is read from the mantissa of t + 1.5 * 2^23 (no
@@ -120,21 +130,40 @@ struct alignas(16) Float4
   float v[4];
 };
 
+/// \brief 16 bytes at \p p as a T (\pre 16-byte aligned): one 128-bit access on the device; a memcpy
+/// on the host (the same instruction, without a type-punned access to the caller's buffer).
+template <class T>
+KOKKOS_INLINE_FUNCTION T load16(void const *p)
+{
+  static_assert(sizeof(T) == 16 && alignof(T) == 16, "load16 moves one aligned 16-byte unit");
+  T x;
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  x = *reinterpret_cast<T const *>(p);
+#else
+  memcpy(&x, p, sizeof(x));
+#endif
+  return x;
+}
+template <class T>
+KOKKOS_INLINE_FUNCTION void store16(void *p, T const &x)
+{
+  static_assert(sizeof(T) == 16 && alignof(T) == 16, "store16 moves one aligned 16-byte unit");
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  *reinterpret_cast<T *>(p) = x;
+#else
+  memcpy(p, &x, sizeof(x));
+#endif
+}
+
 /// \brief Eight consecutive bf16 (16 bytes) as fp32 times \p scale. \pre \p src is 16-byte
-/// aligned. One 128-bit load on the device; a memcpy on the host (the same instruction, without a
-/// type-punned read of the caller's uint16_t buffer). bf16 -> fp32 is the 16 bits shifted up.
+/// aligned (load16). bf16 -> fp32 is the 16 bits shifted up.
 KOKKOS_INLINE_FUNCTION void loadBf16x8(uint16_t const *src, float scale, Float4 &lo, Float4 &hi)
 {
   struct alignas(16) Words
   {
     uint32_t w[4];
   };
-  Words u;
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-  u = *reinterpret_cast<Words const *>(src);
-#else
-  memcpy(&u, src, sizeof(u));
-#endif
+  Words const u = load16<Words>(src);
   float f[8];
   for (int i = 0; i < 4; ++i)
   {
