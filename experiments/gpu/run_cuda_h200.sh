@@ -41,23 +41,18 @@ if [ "$mode" = checks ]; then
   # (default 500); CANOPY_SANITIZER_CASES (an extended regex, default all) picks a subset.
   "$test_bin" --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}' |
     grep -E "${CANOPY_SANITIZER_CASES:-.}" > "$out/cases.txt"
-  export test_bin out
+  export test_bin out here
   export families="sm120Kernel sm120WideKernel flatKernel combineKernel"
   sanitize() {  # tool case [family]: one line, "case | family | summary | exit | seconds"
-    local tool=$1 c=$2 fam=${3:-all} t0=$SECONDS log rc filter=()
+    source "$here/experiments/gpu/sanitize_case.sh"
+    local tool=$1 c=$2 fam=${3:-all} filter=()
     if [ "$fam" = others ]; then
       for f in $families; do filter+=(--kernel-name-exclude "kns=$f"); done
     elif [ "$fam" != all ]; then
       filter=(--kernel-name "kns=$fam")
     fi
-    log=$(timeout "${CANOPY_SANITIZER_TIMEOUT:-500}" compute-sanitizer --tool "$tool" --error-exitcode 9 "${filter[@]}" \
-      "$test_bin" --gtest_filter="$c" 2>&1)
-    rc=$?
-    local summary; summary=$(grep -E "(ERROR|RACECHECK) SUMMARY" <<<"$log" | sed 's/^========= //')
-    # A host-only case (plans, registry, checker) makes no CUDA call: the tool has nothing to check.
-    grep -q "terminated before first instrumented API call" <<<"$log" && summary="host-only, no CUDA call"
-    printf '%s | %s | %s | %s | %s\n' "$c" "$fam" "${summary:-none (cut)}" "$rc" "$((SECONDS - t0))"
-    [ "$rc" -eq 0 ] || { echo "== $c ($fam)"; grep -E "Error|hazard|Read|Write|FAILED" <<<"$log" | head -20; } >> "$out/$tool-reports.log"
+    printf '%s | %s | %s\n' "$c" "$fam" "$(sanitize_case "$tool" "${CANOPY_SANITIZER_TIMEOUT:-500}" \
+      "$out/$tool-reports.log" "$test_bin" "$c" "${filter[@]}")"
   }
   export -f sanitize
   mapfile -t cases < "$out/cases.txt"

@@ -14,7 +14,7 @@
 #   scaling     : kokkos-team on the OpenMP build, 1..16 threads (experiments/configs/openmp-scaling.toml)
 #   sanitize    : compute-sanitizer racecheck, one process per Cuda-typed Kokkos test, Kokkos design
 #                 test and Kokkos graph case of the CUDA suite, 14 side by side, 130 s each
-#                 (racecheck.txt: process | summary | exit, seconds); memcheck of the two Kokkos
+#                 (racecheck.txt: binary case | summary | exit | seconds); memcheck of the two Kokkos
 #                 test binaries whole
 # Numbers from an H200 are an sm_90 proxy for the sm_120 design target.
 set -uo pipefail
@@ -45,14 +45,10 @@ for step in $steps; do
       echo "portability exit $?"
       ;;
     sanitize)
-      export cuda_bin out
-      rc() {  # binary test: one line, "binary test | summary | exit, seconds"
-        local t0=$SECONDS log code
-        log=$(timeout 130 compute-sanitizer --tool racecheck --error-exitcode 9 "$cuda_bin/$1" --gtest_filter="$2" 2>&1)
-        code=$?
-        printf '%s %s | %s | exit %s, %s s\n' "$1" "$2" "$(grep -E "RACECHECK SUMMARY" <<<"$log" | sed 's/^========= //')" \
-          "$code" "$((SECONDS - t0))"
-        [ "$code" -eq 0 ] || { echo "== $1 $2"; grep -E "Race reported|FAILED" <<<"$log" | head -20; } >> "$out/racecheck-reports.log"
+      export cuda_bin out here
+      rc() {  # binary case: one line, "binary case | summary | exit | seconds"
+        source "$here/experiments/gpu/sanitize_case.sh"
+        printf '%s %s | %s\n' "$1" "$2" "$(sanitize_case racecheck 130 "$out/racecheck-reports.log" "$cuda_bin/$1" "$2")"
       }
       export -f rc
       list() { "$cuda_bin/$1" --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}' | grep -E "$2" | sed "s|^|$1 |"; }
