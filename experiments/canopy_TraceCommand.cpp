@@ -175,12 +175,15 @@ void writeSynthSummary(std::string const &path, std::string const &trace, Simula
 int runSynth(SynthFlags const &f)
 {
   SimulatorConfig c = f.config.empty() ? SimulatorConfig{} : readSimulatorToml(f.config);
-  if (f.has("--seed"))
-    c.seed = f.seed;
-  if (f.has("--steps"))
-    c.steps = f.steps;
-  if (f.has("--warmup"))
-    c.warmup_steps = f.warmup;
+  // A flag given on the command line overrides the config file, in this order (the drafter profile
+  // first, so that the tree-shape flags after it override the profile's values).
+  auto over = [&f](char const *flag, auto &field, auto const &value) {
+    if (f.has(flag))
+      field = value;
+  };
+  over("--seed", c.seed, f.seed);
+  over("--steps", c.steps, f.steps);
+  over("--warmup", c.warmup_steps, f.warmup);
   if (f.has("--concurrency"))
   {
     c.arrivals = SimulatorConfig::Arrivals::kFixed;
@@ -193,36 +196,21 @@ int runSynth(SynthFlags const &f)
   }
   if (f.has("--drafter"))
     applyDrafterProfile(c, f.drafter, "--drafter");
-  if (f.has("--budget"))
-    c.budget = f.budget;
-  if (f.has("--max-depth"))
-    c.max_depth = f.max_depth;
-  if (f.has("--top-k"))
-    c.top_k = f.top_k;
-  if (f.has("--alpha-top"))
-    c.alpha_top = f.alpha_top;
-  if (f.has("--alpha-rest"))
-    c.alpha_rest = f.alpha_rest;
-  if (f.has("--alpha-tail"))
-    c.alpha_tail = f.alpha_tail;
-  if (f.has("--depth-decay"))
-    c.depth_decay = f.depth_decay;
-  if (f.has("--agreement"))
-    c.agreement = f.agreement;
-  if (f.has("--sharpness"))
-    c.sharpness = f.sharpness;
-  if (f.has("--prompt"))
-    c.prompt = {LengthDistribution::Kind::kFixed, f.prompt, 1, 1, 1, 0};
-  if (f.has("--output"))
-    c.output = {LengthDistribution::Kind::kFixed, f.output, 1, 1, 1, 0};
-  if (f.has("--initial-run"))
-    c.initial_run = f.initial_run;
-  if (f.has("--heads"))
-    c.shape.num_heads = f.heads;
-  if (f.has("--num-slots"))
-    c.num_slots = f.num_slots;
-  if (f.has("--compact-every"))
-    c.compact_every = f.compact_every;
+  over("--budget", c.budget, f.budget);
+  over("--max-depth", c.max_depth, f.max_depth);
+  over("--top-k", c.top_k, f.top_k);
+  over("--alpha-top", c.alpha_top, f.alpha_top);
+  over("--alpha-rest", c.alpha_rest, f.alpha_rest);
+  over("--alpha-tail", c.alpha_tail, f.alpha_tail);
+  over("--depth-decay", c.depth_decay, f.depth_decay);
+  over("--agreement", c.agreement, f.agreement);
+  over("--sharpness", c.sharpness, f.sharpness);
+  over("--prompt", c.prompt, LengthDistribution{LengthDistribution::Kind::kFixed, f.prompt, 1, 1, 1, 0});
+  over("--output", c.output, LengthDistribution{LengthDistribution::Kind::kFixed, f.output, 1, 1, 1, 0});
+  over("--initial-run", c.initial_run, f.initial_run);
+  over("--heads", c.shape.num_heads, f.heads);
+  over("--num-slots", c.num_slots, f.num_slots);
+  over("--compact-every", c.compact_every, f.compact_every);
   if (f.sort_free)
     c.sort_free = true;
   if (f.values)
