@@ -355,6 +355,35 @@ TYPED_TEST(VerifyAttentionKokkos, streamedTilesAtTheirEdges)
     }
 }
 
+/// The streamed kernel with two threads per team on a host space: each thread serves 128 of the
+/// 256 work items, so its barriers order real threads (one thread per team cannot miss one).
+template <class Base>
+struct TwoThreadTeams : OneThreadTeams<Base>
+{
+  static constexpr int TEAM_SIZE = 2;
+};
+
+TYPED_TEST(VerifyAttentionKokkos, streamedTeamsOfTwoHostThreads)
+{
+  if constexpr (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename TypeParam::memory_space>::accessible)
+    GTEST_SKIP() << "a device runs the streamed kernel with one thread per work item (the other cases)";
+  else
+  {
+    using Tiles = TwoThreadTeams<Impl::StreamedTiles>;
+    int const most = Kokkos::TeamPolicy<TypeParam>(1, 1).team_size_max(
+        Impl::VerifyStreamedKernel<TypeParam, Tiles>{}, Kokkos::ParallelForTag());
+    if (most < Tiles::TEAM_SIZE)
+      GTEST_SKIP() << TypeParam::name() << " offers teams of " << most << " thread(s), fewer than 2";
+    for (MaskLayout m : ALL_LAYOUTS)
+    {
+      SCOPED_TRACE(toString(m));
+      HostProblem p = problemOf(2, 8, 70, 200, m, 60, /*ragged=*/true, /*padded=*/1);
+      fillRandomValues(p, canopy::test::testSeed(61), 4.f, 1.f);
+      expectDeviceShapedTilesCorrect<TypeParam, Impl::TeamTileProducts, Tiles>(p, 3);
+    }
+  }
+}
+
 TYPED_TEST(VerifyAttentionKokkos, streamedPlanPutsRowTilesInTheLeague)
 {
   // T=17 at H=8: 4 nodes x 8 heads per tile, 5 row tiles; H=40: 2 groups of 20 heads, 1 node each.

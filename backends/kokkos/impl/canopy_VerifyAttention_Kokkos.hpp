@@ -622,8 +622,9 @@ void verifyAttentionTeams(ExecutionSpace const &space, VerifyArgs<typename Execu
 /// concurrency and the plan's teams per split only (never device values):
 /// - one host thread: 1 (splits only add work there: 5-20% at 16, docs/results/kokkos-host.md);
 /// - host threads: about 4 teams per thread, so the dynamic schedule evens out short partials;
-/// - GPUs: about 4 resident teams per SM (concurrency / team threads / 4), so the workspace stays
-///   near the hand-written design's: 2 partials at B=8 T=256 on an H200, not 65.
+/// - GPUs: about 4 teams per SM (concurrency / team threads / 2: two waves of the 2 resident
+///   256-thread teams), so the workspace stays near the hand-written design's: 1 partial at B=8
+///   T=256 on an H200, not 65.
 /// Capped at 64 and at one split per two KV tiles of the longest prefix.
 template <class ExecutionSpace, class Tiles = VerifyTiles<ExecutionSpace>>
 int autoNsplit(PlanBounds const &bounds, int concurrency)
@@ -632,7 +633,7 @@ int autoNsplit(PlanBounds const &bounds, int concurrency)
   int64_t const teams_per_split = std::max<int64_t>(1, one.leagueSize() / one.numPartials());
   int64_t target = 0;
   if constexpr (Tiles::STREAMED)
-    target = concurrency / (Tiles::TEAM_SIZE * Tiles::VECTOR_LENGTH) / 4;
+    target = concurrency / (Tiles::TEAM_SIZE * Tiles::VECTOR_LENGTH) / 2;
   else
     target = concurrency <= 1 ? 1 : 4 * static_cast<int64_t>(concurrency);
   int64_t const by_prefix = std::max<int64_t>(1, bounds.max_prefix / (2 * Tiles::KV_TILE));

@@ -1,17 +1,18 @@
 /// \file canopy_VerifyAttention_Streamed.hpp
-/// \brief The portable split kernel shaped for GPUs ("streamed" tiles): a team holds a small row
-/// tile and streams Q, K and V through level-0 scratch in chunks, with 4 x 4 register blocks for
-/// both products and the running output kept in the split workspace.
+/// \brief The portable split kernel shaped for GPUs ("streamed" tiles): a team holds a 32-row tile
+/// and streams Q, K and V through level-0 scratch in stages, each thread keeping its block of the
+/// running output and of the scores in registers across the whole KV loop.
 ///
 /// Why this shape: Kokkos 4 offers level-0 team scratch up to sharedMemPerBlock less its own
-/// reserve (about 40 KB on every NVIDIA GPU, no opt-in), and hierarchical parallelism cannot keep
-/// per-thread accumulators in registers across a team barrier. So nothing tile-sized lives across
-/// the KV loop except the scores: Q and K pass through scratch 64 columns at a time (the scores
-/// accumulate in scratch between chunks), V 64 output columns at a time, and each thread reads
-/// its 4 x 4 block of the running output from the workspace row it will finally fill, rescales,
-/// accumulates 64 keys and writes it back. Every scratch read feeds 8 (scores) or 16 (values) FMAs
-/// per 16-byte load; the resident-tile shape of the host (Q and O of the whole tile in scratch)
-/// needs level-1 scratch on a GPU and ran at 2-5 TFLOP/s on an H200.
+/// reserve (40,928 bytes on every NVIDIA GPU, no opt-in), too little for two buffers of any stage.
+/// The team lambda is therefore written SPMD-style: every thread owns fixed work items by
+/// team_rank(), and its accumulators are locals that live across team_barrier() (nested
+/// TeamThreadRange loops keep no state across a barrier). That buys two things the nested form
+/// could not have: the output accumulator never leaves registers (64 floats per thread), and the
+/// next stage's global loads are issued into registers before the current stage is computed, so
+/// one scratch buffer per operand still hides the load latency (the register prefetch of
+/// classic SGEMM kernels). Host spaces run a team on fewer threads, each serving several work
+/// items in turn (tests run it on one); the host designs use the resident tiles instead.
 #pragma once
 
 #include "canopy_KokkosCompat.hpp"
@@ -25,368 +26,566 @@
 
 namespace canopy::Impl
 {
-/// \brief Tile shape of the streamed kernel. The logical decomposition (RANKS x LANES work items,
-/// each one 4 x 4 block) is fixed; TEAM_SIZE x VECTOR_LENGTH is how a space launches it (on a
-/// GPU one thread per work item; a host space may run a team on one thread).
+/// \brief Tile shape of the streamed kernel. The decomposition into WORK_ITEMS is fixed;
+/// TEAM_SIZE is how many threads a space launches per team (a GPU: one per work item).
 struct StreamedTiles
 {
   static constexpr bool STREAMED = true;
-  static constexpr int RANKS = 16;  ///< team ranks of the decomposition
-  static constexpr int LANES = 8;   ///< lanes per rank: a row's softmax reduces over them
-  static constexpr int WORK_ITEMS = RANKS * LANES;
-  static constexpr int TEAM_SIZE = RANKS;
-  static constexpr int VECTOR_LENGTH = LANES;
-  /// Registers: <= 65536 / (128 x 4) = 128 per thread, so 4 teams share an SM (about 38 KB of
-  /// scratch each, 5 fit the H200's 228 KB).
-  static constexpr int MIN_TEAMS_PER_SM = 4;
+  static constexpr int WORK_ITEMS = 256;
+  static constexpr int TEAM_SIZE = WORK_ITEMS;
+  static constexpr int VECTOR_LENGTH = 1;
+  /// Registers: <= 65536 / (256 x 2) = 128 per thread, so two teams (16 warps) share an SM and
+  /// one computes while the other waits at a barrier (35 KB of scratch each).
+  static constexpr int MIN_TEAMS_PER_SM = 2;
   static constexpr int ROWS = 32;     ///< (node, head) rows of a team: 4 nodes x 8 heads
   static constexpr int KV_TILE = 64;  ///< keys per step of the online softmax
-  static constexpr int D_CHUNK = 64;  ///< Q/K columns staged per step of the score product
-  static constexpr int V_COLS = 64;   ///< output columns staged per step of the value product
+  static constexpr int D_CHUNK = 64;  ///< Q/K columns per score stage (9 stages per tile)
+  static constexpr int V_KEYS = 8;    ///< keys per value stage (8 stages per tile)
   static constexpr int ROW_BLOCK = 1;
   static constexpr int MAX_ROWS = ROWS;
   static constexpr int COMBINE_TEAM_SIZE = 128;
   static constexpr int COMBINE_COLS = 4;
 };
 
-/// \brief Scratch of one streamed team, in Float4 units unless noted. Row strides are one Float4
-/// longer than the data, so that consecutive rows start 4 banks apart and 8 threads reading 8
-/// rows with 16-byte loads hit 32 distinct banks.
+/// \brief Which scores and outputs work item \p w owns. Work items 32k..32k+31 are one warp on a
+/// GPU; the layouts are chosen per warp so that shared-memory reads are broadcasts or hit distinct
+/// banks, and each 16-byte read feeds 5.3 (scores) or 16 (values) FMAs per thread:
+/// - scores: warp k holds rows 16(k/4) .. +15 and keys 16(k%4) .. +15 of the 32 x 64 tile; a lane
+///   holds rows row0 + 8i (i < 2) and keys key0 + 4j (j < 4). A warp reads 8 Q and 4 K rows per
+///   column step (one wavefront each), for 256 FMAs.
+/// - values: warp k holds output columns 64k .. +63 for all 32 rows; a lane holds rows row0 + i
+///   (i < 8) and columns col0 + 32h + c (h < 2, c < 4). A warp reads 4 P^T and 8 V float4 per key.
+struct StreamedOwnership
+{
+  static constexpr int SCORE_ROWS = 2, SCORE_KEYS = 4, ROW_STEP = 8, KEY_STEP = 4;
+  static constexpr int VALUE_ROWS = 8, VALUE_HALVES = 2, HALF_COLS = 32;
+  static constexpr int KEY_GROUPS = 16;  ///< score owners per row: the softmax's partial maxima per row
+
+  int score_row0, score_key0, key_group;
+  int value_row0, value_col0;
+
+  KOKKOS_INLINE_FUNCTION explicit StreamedOwnership(int w)
+  {
+    int const warp = w / 32, lane = w % 32;
+    score_row0 = (warp / 4) * 16 + lane / 4;
+    score_key0 = (warp % 4) * 16 + lane % 4;
+    key_group = (warp % 4) * 4 + lane % 4;
+    value_row0 = (lane / 8) * VALUE_ROWS;
+    value_col0 = warp * 64 + (lane % 8) * 4;
+  }
+};
+
+/// \brief Scratch of one streamed team, in Float4 units unless noted. Region A holds the Q chunk
+/// during the score stages and P^T during the value stages; region B the K chunk, then a V chunk.
 template <class Tiles>
 struct StreamedScratch
 {
   static constexpr int R = Tiles::ROWS, N = Tiles::KV_TILE;
-  static constexpr int S_STRIDE = N / 4 + 1;              ///< scores S[row][key]
-  static constexpr int QK_STRIDE = Tiles::D_CHUNK / 4 + 1; ///< Q chunk [row][col], K chunk [key][col]
-  static constexpr int PT_STRIDE = R / 4 + 1;              ///< probabilities transposed, P^T[key][row]
-  static constexpr int V_STRIDE = Tiles::V_COLS / 4 + 1;   ///< V chunk [key][col]
-  static constexpr int SCORES = R * S_STRIDE;
-  /// The stage region holds the Q and K chunks during the score product, then P^T and a V chunk.
+  /// Q/K chunk rows one Float4 longer than the data: 8 rows read by one 16-byte load per lane
+  /// start 4 banks apart and hit 32 distinct banks.
+  static constexpr int QK_STRIDE = Tiles::D_CHUNK / 4 + 1;
+  /// P^T[key][row], rows padded to 40 floats: the softmax's scalar stores (4 keys x 8 rows per
+  /// warp) hit 32 distinct banks, and the value stage's 16-byte reads stay aligned.
+  static constexpr int PT_STRIDE = R / 4 + 2;
+  static constexpr int V_STRIDE = D_V / 4;  ///< V chunk [key][col]: a lane octet reads 128 consecutive bytes
+  static constexpr int KEY_GROUPS = StreamedOwnership::KEY_GROUPS;
   static constexpr int Q_CHUNK = R * QK_STRIDE, K_CHUNK = N * QK_STRIDE;
-  static constexpr int P_T = N * PT_STRIDE, V_CHUNK = N * V_STRIDE;
-  static constexpr int STAGE = (Q_CHUNK + K_CHUNK) > (P_T + V_CHUNK) ? (Q_CHUNK + K_CHUNK) : (P_T + V_CHUNK);
+  static constexpr int P_T = N * PT_STRIDE, V_CHUNK = Tiles::V_KEYS * V_STRIDE;
+  static constexpr int REGION_A = Q_CHUNK > P_T ? Q_CHUNK : P_T;
+  static constexpr int REGION_B = K_CHUNK > V_CHUNK ? K_CHUNK : V_CHUNK;
 
-  Float4 *s;
-  Float4 *stage;
-  float *m, *l, *alpha;  ///< [R] running max, running sum, this tile's rescale
-  int64_t *slot;         ///< [N] KV pool row of each key of the tile
-  uint8_t *vis;          ///< [R][N] tree visibility (node rows of the tile)
+  /// Byte offsets of the regions from the 64-byte aligned base. The scratch is one pointer and
+  /// these constants, not ten pointers: pointers held across the KV loop cost two registers each.
+  static constexpr size_t A_AT = 0;
+  static constexpr size_t B_AT = A_AT + alignedBytes(REGION_A * sizeof(Float4));
+  static constexpr size_t PART_MAX_AT = B_AT + alignedBytes(REGION_B * sizeof(Float4));
+  static constexpr size_t PART_SUM_AT = PART_MAX_AT + alignedBytes(R * KEY_GROUPS * sizeof(float));
+  static constexpr size_t M_AT = PART_SUM_AT + alignedBytes(R * KEY_GROUPS * sizeof(float));
+  static constexpr size_t L_AT = M_AT + alignedBytes(R * sizeof(float));
+  static constexpr size_t M_NEXT_AT = L_AT + alignedBytes(R * sizeof(float));
+  static constexpr size_t ALPHA_AT = M_NEXT_AT + alignedBytes(R * sizeof(float));
+  static constexpr size_t SLOT_AT = ALPHA_AT + alignedBytes(R * sizeof(float));
+  static constexpr size_t VIS_AT = SLOT_AT + alignedBytes(N * sizeof(int64_t));
+  static constexpr size_t END = VIS_AT + alignedBytes(size_t(R) * N);
 
-  KOKKOS_INLINE_FUNCTION static constexpr size_t bytes()
-  {
-    return 64 + alignedBytes(SCORES * sizeof(Float4)) + alignedBytes(STAGE * sizeof(Float4)) +
-           3 * alignedBytes(R * sizeof(float)) + alignedBytes(N * sizeof(int64_t)) + alignedBytes(size_t(R) * N);
-  }
+  char *base;
 
+  KOKKOS_INLINE_FUNCTION static constexpr size_t bytes() { return 64 + END; }
   KOKKOS_INLINE_FUNCTION explicit StreamedScratch(void *raw)
+      : base(static_cast<char *>(raw) + (64 - reinterpret_cast<uintptr_t>(raw) % 64) % 64)
   {
-    uintptr_t p = (reinterpret_cast<uintptr_t>(raw) + 63) / 64 * 64;
-    auto take = [&p](size_t n) {
-      uintptr_t const at = p;
-      p += alignedBytes(n);
-      return at;
-    };
-    s = reinterpret_cast<Float4 *>(take(SCORES * sizeof(Float4)));
-    stage = reinterpret_cast<Float4 *>(take(STAGE * sizeof(Float4)));
-    m = reinterpret_cast<float *>(take(R * sizeof(float)));
-    l = reinterpret_cast<float *>(take(R * sizeof(float)));
-    alpha = reinterpret_cast<float *>(take(R * sizeof(float)));
-    slot = reinterpret_cast<int64_t *>(take(N * sizeof(int64_t)));
-    vis = reinterpret_cast<uint8_t *>(take(size_t(R) * N));
   }
-  KOKKOS_INLINE_FUNCTION Float4 *qChunk() const { return stage; }
-  KOKKOS_INLINE_FUNCTION Float4 *kChunk() const { return stage + Q_CHUNK; }
-  KOKKOS_INLINE_FUNCTION Float4 *pT() const { return stage; }
-  KOKKOS_INLINE_FUNCTION Float4 *vChunk() const { return stage + P_T; }
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T *at(size_t offset) const
+  {
+    return reinterpret_cast<T *>(base + offset);
+  }
+  KOKKOS_INLINE_FUNCTION Float4 *qChunk() const { return at<Float4>(A_AT); }  ///< [R][QK_STRIDE]
+  KOKKOS_INLINE_FUNCTION Float4 *pT() const { return at<Float4>(A_AT); }      ///< [N][PT_STRIDE]
+  KOKKOS_INLINE_FUNCTION Float4 *kChunk() const { return at<Float4>(B_AT); }  ///< [N][QK_STRIDE]
+  KOKKOS_INLINE_FUNCTION Float4 *vChunk() const { return at<Float4>(B_AT); }  ///< [V_KEYS][V_STRIDE]
+  /// [R][KEY_GROUPS] the softmax's per-owner maxima and sums
+  KOKKOS_INLINE_FUNCTION float *partMax() const { return at<float>(PART_MAX_AT); }
+  KOKKOS_INLINE_FUNCTION float *partSum() const { return at<float>(PART_SUM_AT); }
+  /// [R] running max and sum, this tile's new max and rescale
+  KOKKOS_INLINE_FUNCTION float *m() const { return at<float>(M_AT); }
+  KOKKOS_INLINE_FUNCTION float *l() const { return at<float>(L_AT); }
+  KOKKOS_INLINE_FUNCTION float *mNext() const { return at<float>(M_NEXT_AT); }
+  KOKKOS_INLINE_FUNCTION float *alpha() const { return at<float>(ALPHA_AT); }
+  KOKKOS_INLINE_FUNCTION int64_t *slot() const { return at<int64_t>(SLOT_AT); }  ///< [N] pool row of each key of the tile
+  KOKKOS_INLINE_FUNCTION uint8_t *vis() const { return at<uint8_t>(VIS_AT); }    ///< [R][N] tree visibility
 };
+
+/// \brief Sixteen bytes of bf16 as loaded from global memory, converted when stored to scratch.
+struct alignas(16) Bf16x8
+{
+  uint32_t w[4];
+};
+
+/// \brief Stores \p x (eight bf16) as fp32 times \p scale into \p lo and \p hi. bf16 -> fp32 is
+/// the 16 bits shifted up; little endian: element 2i is the low half of word i.
+KOKKOS_FORCEINLINE_FUNCTION void storeBf16x8(Bf16x8 const &x, float scale, Float4 *lo, Float4 *hi)
+{
+  float f[8];
+  for (int i = 0; i < 4; ++i)
+  {
+    uint32_t const even = x.w[i] << 16, odd = x.w[i] & 0xffff0000u;
+    memcpy(&f[2 * i], &even, 4);
+    memcpy(&f[2 * i + 1], &odd, 4);
+  }
+  Float4 a, b;
+  for (int i = 0; i < 4; ++i)
+  {
+    a.v[i] = f[i] * scale;
+    b.v[i] = f[4 + i] * scale;
+  }
+  *lo = a;
+  *hi = b;
+}
 
 /// \brief The streamed split kernel: one team per (request, head group, partial, row tile), the
 /// row tile fastest so that the teams reading one KV chunk run together and share it through L2.
 /// Partials are as in the resident kernel (prefix chunks, then the masked tree part); each writes
 /// its normalised output and log-sum-exp per (node, head), an empty chunk only lse = -inf.
+///
+/// Per 64-key tile a team runs 17 stages (9 score stages of 64 columns, 8 value stages of 8 keys).
+/// A stage is: barrier (nobody reads the buffer any more), store the prefetched registers to
+/// scratch, barrier, issue the next stage's global loads into registers, compute this stage. The
+/// softmax sits between the last score stage and the first value stage.
 template <class ExecutionSpace, class Tiles>
 struct VerifyStreamedKernel
 {
   using MemorySpace = typename ExecutionSpace::memory_space;
   using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
   using Scratch = StreamedScratch<Tiles>;
-  static constexpr int R = Tiles::ROWS, N = Tiles::KV_TILE, DC = Tiles::D_CHUNK, VC = Tiles::V_COLS;
-  static constexpr int RANKS = Tiles::RANKS, LANES = Tiles::LANES, W = Tiles::WORK_ITEMS;
-  static_assert(W == 128 && R == 32 && N == 64,
-                "score blocks: work item w holds rows w/16 + 8i and keys w%16 + 16j, i, j < 4");
-  static_assert(VC == 64, "value blocks: work item w holds rows 4(w/16) + i and columns 4(w%16) + j");
-  static_assert(D_QK % DC == 0 && D_V % VC == 0 && DC % 8 == 0 && VC % 8 == 0, "chunks are whole 16-byte loads");
-  static_assert(N % LANES == 0, "softmax lanes split the tile's keys evenly");
+  using Own = StreamedOwnership;
+  static constexpr int R = Tiles::ROWS, N = Tiles::KV_TILE, DC = Tiles::D_CHUNK, VK = Tiles::V_KEYS;
+  static constexpr int W = Tiles::WORK_ITEMS;
+  static_assert(Tiles::VECTOR_LENGTH == 1, "SPMD team: one lane per thread");
+  static_assert(W % Tiles::TEAM_SIZE == 0, "every thread serves the same number of work items");
+  static constexpr int ITEMS_PER_THREAD = W / Tiles::TEAM_SIZE;
+  static_assert(W == 256 && R == 32 && N == 64, "StreamedOwnership covers 32 rows x 64 keys and 32 rows x 512 columns");
+  static_assert(Own::SCORE_ROWS * Own::SCORE_KEYS * W == R * N, "score blocks tile the score tile");
+  static_assert(Own::VALUE_ROWS * Own::VALUE_HALVES * 4 * W == R * D_V, "value blocks tile the output");
+  static constexpr int QK_STAGES = D_QK / DC, V_STAGES = N / VK, STAGES = QK_STAGES + V_STAGES;
+  static_assert(D_QK % DC == 0 && N % VK == 0 && DC % 8 == 0, "stages are whole 16-byte loads");
+  static constexpr int PIECES_PER_ROW = DC / 8, V_PIECES_PER_KEY = D_V / 8;  ///< 16-byte loads
+  static constexpr int Q_PIECES = R * PIECES_PER_ROW / W, K_PIECES = N * PIECES_PER_ROW / W;
+  static constexpr int V_PIECES = VK * V_PIECES_PER_KEY / W;
+  static_assert(Q_PIECES * W == R * PIECES_PER_ROW && K_PIECES * W == N * PIECES_PER_ROW &&
+                    V_PIECES * W == VK * V_PIECES_PER_KEY,
+                "every work item stages the same number of 16-byte pieces");
+  static constexpr int PREFETCH = Q_PIECES + K_PIECES > V_PIECES ? Q_PIECES + K_PIECES : V_PIECES;
+
+  /// What one work item keeps in registers across the team's barriers.
+  struct ItemState
+  {
+    Float4 o[Own::VALUE_ROWS][Own::VALUE_HALVES];   ///< running (unnormalised) output block
+    Bf16x8 next[PREFETCH];                          ///< the next stage's pieces, in flight
+    int64_t key_slot[K_PIECES];                     ///< pool rows of a new tile's K pieces, until stored
+  };
+
+  /// The tile's keys and rows, as every stage needs them.
+  struct TileView
+  {
+    int64_t k0;
+    int nk;
+  };
 
   VerifyArgs<MemorySpace> a;
   Kokkos::View<float *, MemorySpace> ws_out, ws_lse;
   int64_t node_capacity;
   VerifyPlan plan;
-  int scratch_level;  ///< 0 wherever it fits (every GPU); host spaces may offer less level 0
+  int scratch_level;  ///< 0 on devices; host spaces may offer less level 0
 
   KOKKOS_INLINE_FUNCTION int64_t wsRow(int split, int64_t node_row, int h) const
   {
     return (static_cast<int64_t>(split) * node_capacity + node_row) * a.num_heads + h;
   }
 
-  /// Runs \p f(w) for every work item w in [0, WORK_ITEMS): one per thread on a GPU.
-  template <class F>
-  KOKKOS_INLINE_FUNCTION static void forEachItem(Member const &member, F const &f)
+  /// The team's fixed facts: which rows, which keys, which partial.
+  struct Task
   {
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, RANKS), [&](int rank) {
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(member, LANES), [&](int lane) { f(rank * LANES + lane); });
-    });
+    int split, nh, h0, rows;
+    bool tree;
+    int64_t node0, first_node, kv0, P, T, i0, ni, lo, hi;
+
+    KOKKOS_INLINE_FUNCTION TileView tileAt(int64_t k0) const
+    {
+      return TileView{k0, static_cast<int>(hi - k0 < N ? hi - k0 : N)};
+    }
+  };
+
+  KOKKOS_INLINE_FUNCTION int64_t poolRow(Task const &t, int64_t key) const
+  {
+    return t.tree ? a.out_cache_loc(t.node0 + key) : a.kv_indices(t.kv0 + key);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(Member const &member) const
   {
-    TeamTask task;
-    if (!decodeTeam(member.league_rank(), plan, a, task))
+    TeamTask team;
+    if (!decodeTeam(member.league_rank(), plan, a, team))
       return;
-    int const split = task.split, b = task.b, h0 = task.h0, nh = task.nh;
-    int64_t const node0 = task.node0, T = task.T;
+    Task t;
+    t.split = team.split;
+    t.nh = team.nh;
+    t.h0 = team.h0;
+    t.node0 = team.node0;
+    t.T = team.T;
     int64_t const nodes_per_tile = plan.rows_per_tile / plan.heads_per_group;
-    int64_t const i0 = task.row_tile * nodes_per_tile;
-    if (i0 >= T)
+    t.i0 = team.row_tile * nodes_per_tile;
+    if (t.i0 >= t.T)
       return;
-    int64_t const ni = T - i0 < nodes_per_tile ? T - i0 : nodes_per_tile;
-    int const rows = static_cast<int>(ni * nh);
-    int64_t const kv0 = a.kv_indptr(b);
-    int64_t const P = a.kv_indptr(b + 1) - kv0;
-    bool const tree = split == plan.nsplit;
-    int64_t lo = 0, hi = 0;
-    if (tree)
-      hi = T < i0 + ni ? T : i0 + ni;  // tree node j is visible to node i only if j <= i
+    t.ni = t.T - t.i0 < nodes_per_tile ? t.T - t.i0 : nodes_per_tile;
+    t.rows = static_cast<int>(t.ni * t.nh);
+    t.first_node = t.node0 + t.i0;
+    t.kv0 = a.kv_indptr(team.b);
+    t.P = a.kv_indptr(team.b + 1) - t.kv0;
+    t.tree = t.split == plan.nsplit;
+    t.lo = 0;
+    t.hi = 0;
+    if (t.tree)
+      t.hi = t.T < t.i0 + t.ni ? t.T : t.i0 + t.ni;  // tree node j is visible to node i only if j <= i
     else
-      prefixChunk(P, plan.nsplit, split, N, lo, hi);
-    if (lo >= hi)
+      prefixChunk(t.P, plan.nsplit, t.split, N, t.lo, t.hi);
+    if (t.lo >= t.hi)
     {
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows),
-                           [&](int r) { ws_lse(wsRow(split, node0 + i0 + r / nh, h0 + r % nh)) = NEG_INF; });
-      return;
-    }
-    Scratch const sc(member.team_scratch(scratch_level).get_shmem(Scratch::bytes()));
-    Kokkos::parallel_for(Kokkos::TeamVectorRange(member, int(R)), [&](int r) {
-      sc.m[r] = NEG_INF;
-      sc.l[r] = 0.f;
-    });
-    for (int64_t k0 = lo; k0 < hi; k0 += N)
-    {
-      int const nk = static_cast<int>(hi - k0 < N ? hi - k0 : N);
-      loadSlotsAndVisibility(member, sc, tree, b, node0, kv0, P, T, i0, ni, k0, nk);
-      member.team_barrier();
-      for (int d0 = 0; d0 < D_QK; d0 += DC)
-      {
-        stageQK(member, sc, node0 + i0, rows, nh, h0, d0, nk);
-        member.team_barrier();
-        scoreChunk(member, sc, d0 == 0);
-        member.team_barrier();
-      }
-      softmaxUpdate(member, sc, rows, nk, tree, nh);
-      member.team_barrier();
-      bool const first = k0 == lo, last = k0 + N >= hi;
-      for (int c0 = 0; c0 < D_V; c0 += VC)
-      {
-        stageV(member, sc, c0, nk);
-        member.team_barrier();
-        valueChunk(member, sc, split, node0 + i0, rows, nh, h0, c0, first, last);
-        member.team_barrier();
-      }
-    }
-    Kokkos::parallel_for(Kokkos::TeamVectorRange(member, rows), [&](int r) {
-      float const l = sc.l[r];
-      ws_lse(wsRow(split, node0 + i0 + r / nh, h0 + r % nh)) = l > 0.f ? sc.m[r] + Compat::log(l) : NEG_INF;
-    });
-  }
-
-  /// Pool rows of keys [k0, k0 + nk): the prefix through kv_indices, the tree through
-  /// out_cache_loc. Tree part: vis[node][c] = node i0 + node sees tree node k0 + c.
-  KOKKOS_INLINE_FUNCTION void loadSlotsAndVisibility(Member const &member, Scratch const &sc, bool tree, int b,
-                                                     int64_t node0, int64_t kv0, int64_t P, int64_t T, int64_t i0,
-                                                     int64_t ni, int64_t k0, int nk) const
-  {
-    Kokkos::parallel_for(Kokkos::TeamVectorRange(member, nk), [&](int n) {
-      sc.slot[n] = tree ? a.out_cache_loc(node0 + k0 + n) : a.kv_indices(kv0 + k0 + n);
-    });
-    if (!tree)
-      return;
-    // One lane per node row: the parents walk clears the row and then marks ancestors, so two
-    // lanes writing the same row could clear a mark the other already set.
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, static_cast<int>(ni)), [&](int il) {
-      Kokkos::single(Kokkos::PerThread(member),
-                     [&]() { treeVisibilityRow<N>(a, b, node0, P, T, i0 + il, k0, nk, sc.vis + il * N); });
-    });
-  }
-
-  /// Q columns [d0, d0 + DC) of the tile's rows (pre-scaled by sm_scale) and the same columns of
-  /// its keys, as fp32; rows past \p rows and keys past \p nk are zero.
-  KOKKOS_INLINE_FUNCTION void stageQK(Member const &member, Scratch const &sc, int64_t first_node, int rows, int nh,
-                                      int h0, int d0, int nk) const
-  {
-    constexpr int PER_ROW = DC / 8;  // 16-byte loads per row
-    Float4 *q = sc.qChunk(), *k = sc.kChunk();
-    uint16_t const *qsrc = a.q.data(), *pool = a.kv_pool.data();
-    int const H = a.num_heads;
-    float const scale = a.sm_scale;
-    forEachItem(member, [&](int w) {
-      for (int u = w; u < (R + N) * PER_ROW; u += W)
-      {
-        int const row = u / PER_ROW, part = u % PER_ROW;
-        Float4 lo{}, hi{};
-        if (row < R)
-        {
-          if (row < rows)
-            loadBf16x8(qsrc + ((first_node + row / nh) * H + h0 + row % nh) * D_QK + d0 + part * 8, scale, lo, hi);
-          q[row * Scratch::QK_STRIDE + 2 * part] = lo;
-          q[row * Scratch::QK_STRIDE + 2 * part + 1] = hi;
-        }
-        else
-        {
-          int const key = row - R;
-          if (key < nk)
-            loadBf16x8(pool + sc.slot[key] * D_QK + d0 + part * 8, 1.f, lo, hi);
-          k[key * Scratch::QK_STRIDE + 2 * part] = lo;
-          k[key * Scratch::QK_STRIDE + 2 * part + 1] = hi;
-        }
-      }
-    });
-  }
-
-  /// S += Q_chunk K_chunk^T: work item w holds rows w/16 + 8i and keys w%16 + 16j (i, j < 4), so
-  /// a warp's 16-byte K loads cover 16 consecutive rows (distinct banks) and its Q loads broadcast.
-  KOKKOS_INLINE_FUNCTION void scoreChunk(Member const &member, Scratch const &sc, bool first) const
-  {
-    Float4 const *q = sc.qChunk(), *k = sc.kChunk();
-    forEachItem(member, [&](int w) {
-      int const rb = w / 16, kb = w % 16;
-      float acc[4][4];
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j)
-          acc[i][j] = first ? 0.f : sc.s[(rb + 8 * i) * Scratch::S_STRIDE + (kb + 16 * j) / 4].v[(kb + 16 * j) % 4];
-      for (int d4 = 0; d4 < DC / 4; ++d4)
-      {
-        Float4 qv[4], kv[4];
-        for (int i = 0; i < 4; ++i)
-          qv[i] = q[(rb + 8 * i) * Scratch::QK_STRIDE + d4];
-        for (int j = 0; j < 4; ++j)
-          kv[j] = k[(kb + 16 * j) * Scratch::QK_STRIDE + d4];
-        for (int e = 0; e < 4; ++e)
-          for (int i = 0; i < 4; ++i)
-            for (int j = 0; j < 4; ++j)
-              acc[i][j] += qv[i].v[e] * kv[j].v[e];
-      }
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j)
-          sc.s[(rb + 8 * i) * Scratch::S_STRIDE + (kb + 16 * j) / 4].v[(kb + 16 * j) % 4] = acc[i][j];
-    });
-  }
-
-  /// Online softmax over the tile, one row per rank, its keys over the lanes: invisible keys get
-  /// p = 0 (keys past nk, rows past \p rows, tree keys off the row's ancestor set); P goes to
-  /// scratch transposed for the value product; alpha rescales what the row accumulated before.
-  KOKKOS_INLINE_FUNCTION void softmaxUpdate(Member const &member, Scratch const &sc, int rows, int nk, bool tree,
-                                            int nh) const
-  {
-    Float4 *pt = sc.pT();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, R), [&](int r) {
-      int const valid = r < rows ? nk : 0;
-      uint8_t const *vis = sc.vis + (r < rows ? r / nh : 0) * N;
-      auto score = [&](int c) {
-        bool const ok = c < valid && (!tree || vis[c] != 0);
-        return ok ? sc.s[r * Scratch::S_STRIDE + c / 4].v[c % 4] : NEG_INF;
-      };
-      float tile_max = NEG_INF;
-      Kokkos::parallel_reduce(
-          Kokkos::ThreadVectorRange(member, N), [&](int c, float &mx) { mx = score(c) > mx ? score(c) : mx; },
-          Kokkos::Max<float>(tile_max));
-      // The Max reducer starts from -FLT_MAX, not -inf: a tile where this row sees nothing.
-      tile_max = tile_max < -3.0e38f ? NEG_INF : tile_max;
-      // Lane 0 alone reads and writes the row's state (broadcast to the lanes): a read by the
-      // other lanes would race with the write below, which no barrier separates from it.
-      float m_old;
-      Kokkos::single(Kokkos::PerThread(member), [&](float &m) { m = sc.m[r]; }, m_old);
-      float const m_new = tile_max > m_old ? tile_max : m_old;
-      float sum = 0.f;
-      Kokkos::parallel_reduce(
-          Kokkos::ThreadVectorRange(member, N),
-          [&](int c, float &acc) {
-            float const x = score(c);
-            float const p = m_new == NEG_INF || x == NEG_INF ? 0.f : expNonPositive(x - m_new);
-            pt[c * Scratch::PT_STRIDE + r / 4].v[r % 4] = p;
-            acc += p;
-          },
-          sum);
-      Kokkos::single(Kokkos::PerThread(member), [&]() {
-        float const alpha = m_new == NEG_INF ? 1.f : expNonPositive(m_old - m_new);
-        sc.alpha[r] = alpha;
-        sc.l[r] = sc.l[r] * alpha + sum;
-        sc.m[r] = m_new;
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(member, t.rows), [&](int r) {
+        ws_lse(wsRow(t.split, t.first_node + r / t.nh, t.h0 + r % t.nh)) = NEG_INF;
       });
-    });
+      return;
+    }
+    run(member, t, team.b);
   }
 
-  /// V columns [c0, c0 + VC) of the tile's keys as fp32 (keys past nk zero: p = 0 times them).
-  KOKKOS_INLINE_FUNCTION void stageV(Member const &member, Scratch const &sc, int c0, int nk) const
+  KOKKOS_FORCEINLINE_FUNCTION void run(Member const &member, Task const &t, int b) const
   {
-    constexpr int PER_ROW = VC / 8;
-    Float4 *v = sc.vChunk();
+    // On a device the level is the constant 0, so that the compiler sees shared memory behind
+    // the pointer (32-bit addresses, shared loads); a runtime level makes every access generic.
+    constexpr bool device = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
+    Scratch const sc(member.team_scratch(device ? 0 : scratch_level).get_shmem(Scratch::bytes()));
+    ItemState st[ITEMS_PER_THREAD];
+    int const first_item = member.team_rank() * ITEMS_PER_THREAD;
+    for (int v = 0; v < ITEMS_PER_THREAD; ++v)
+    {
+      int const w = first_item + v;
+      for (int i = 0; i < Own::VALUE_ROWS; ++i)
+        for (int h = 0; h < Own::VALUE_HALVES; ++h)
+          st[v].o[i][h] = Float4{};
+      if (w < R)
+      {
+        sc.m()[w] = NEG_INF;
+        sc.l()[w] = 0.f;
+      }
+    }
+    int64_t const ntiles = ceilDiv(t.hi - t.lo, N);
+    TileView tile = t.tileAt(t.lo);
+    for (int v = 0; v < ITEMS_PER_THREAD; ++v)
+      loadStage(t, tile, first_item + v, st[v], 0, sc, true);
+    // The stage loops are not unrolled: unrolled, they keep per-stage addresses live (255
+    // registers). The scores live from the tile's first score stage to the softmax only.
+    for (int64_t ti = 0; ti < ntiles; ++ti)
+    {
+      float s[ITEMS_PER_THREAD][Own::SCORE_ROWS][Own::SCORE_KEYS] = {};
+#if defined(__CUDA_ARCH__)
+#pragma unroll 1
+#endif
+      for (int stage = 0; stage < QK_STAGES; ++stage)
+      {
+        member.team_barrier();  // every item is done with the buffers the store below overwrites
+        for (int v = 0; v < ITEMS_PER_THREAD; ++v)
+          storeStage(t, tile, b, first_item + v, st[v], stage, sc);
+        member.team_barrier();
+        // The next stage's loads first, so that they are in flight while this stage computes.
+        for (int v = 0; v < ITEMS_PER_THREAD; ++v)
+          loadStage(t, tile, first_item + v, st[v], stage + 1, sc, false);
+        for (int v = 0; v < ITEMS_PER_THREAD; ++v)
+          scoreStage(first_item + v, s[v], sc);
+      }
+      for (int v = 0; v < ITEMS_PER_THREAD; ++v)
+        maskAndPartialMax(t, tile, first_item + v, s[v], sc);
+      member.team_barrier();
+      for (int v = 0; v < ITEMS_PER_THREAD; ++v)
+        probabilities(first_item + v, s[v], sc);
+      TileView const next = t.tileAt(tile.k0 + N);
+#if defined(__CUDA_ARCH__)
+#pragma unroll 1
+#endif
+      for (int stage = QK_STAGES; stage < STAGES; ++stage)
+      {
+        member.team_barrier();
+        for (int v = 0; v < ITEMS_PER_THREAD; ++v)
+          storeStage(t, tile, b, first_item + v, st[v], stage, sc);
+        member.team_barrier();
+        if (stage + 1 < STAGES)
+          for (int v = 0; v < ITEMS_PER_THREAD; ++v)
+            loadStage(t, tile, first_item + v, st[v], stage + 1, sc, false);
+        else if (ti + 1 < ntiles)
+          for (int v = 0; v < ITEMS_PER_THREAD; ++v)
+            loadStage(t, next, first_item + v, st[v], 0, sc, true);
+        if (stage == QK_STAGES)
+          for (int v = 0; v < ITEMS_PER_THREAD; ++v)
+            rescale(first_item + v, st[v], sc);
+        for (int v = 0; v < ITEMS_PER_THREAD; ++v)
+          valueStage(first_item + v, st[v], (stage - QK_STAGES) * VK, sc);
+      }
+      tile = next;
+    }
+    // l was last updated in the first value stage of the last tile, 7 barriers ago.
+    for (int v = 0; v < ITEMS_PER_THREAD; ++v)
+      writeOutput(t, first_item + v, st[v], sc);
+  }
+
+  /// Issues the global loads of \p stage of \p tile into st.next: Q and K pieces for a score stage
+  /// (Q pre-scaled at the store), V pieces for a value stage. Rows past the tile's and keys past
+  /// nk load zeros (p = 0 times a zero V row, never times garbage). \p new_tile: read this item's
+  /// K pool rows from the index arrays (later stages of the tile reuse them).
+  KOKKOS_FORCEINLINE_FUNCTION void loadStage(Task const &t, TileView const &tile, int w, ItemState &st, int stage,
+                                        Scratch const &sc, bool new_tile) const
+  {
     uint16_t const *pool = a.kv_pool.data();
-    forEachItem(member, [&](int w) {
-      for (int u = w; u < N * PER_ROW; u += W)
+    if (stage < QK_STAGES)
+    {
+      int const d0 = stage * DC;
+      for (int p = 0; p < Q_PIECES; ++p)
       {
-        int const key = u / PER_ROW, part = u % PER_ROW;
-        Float4 lo{}, hi{};
-        if (key < nk)
-          loadBf16x8(pool + sc.slot[key] * D_QK + c0 + part * 8, 1.f, lo, hi);
-        v[key * Scratch::V_STRIDE + 2 * part] = lo;
-        v[key * Scratch::V_STRIDE + 2 * part + 1] = hi;
+        int const u = w + p * W, row = u / PIECES_PER_ROW, part = u % PIECES_PER_ROW;
+        int64_t const node = t.first_node + row / t.nh;
+        st.next[p] = row < t.rows ? load16<Bf16x8>(a.q.data() + (node * a.num_heads + t.h0 + row % t.nh) * D_QK + d0 + part * 8)
+                                  : Bf16x8{};
       }
-    });
+      for (int p = 0; p < K_PIECES; ++p)
+      {
+        int const u = w + p * W, key = u / PIECES_PER_ROW, part = u % PIECES_PER_ROW;
+        // A new tile's pool rows come from the index arrays; its later stages read them back
+        // from scratch, where the first store put them (no registers held across the tile).
+        int64_t slot = -1;
+        if (new_tile)
+          slot = st.key_slot[p] = key < tile.nk ? poolRow(t, tile.k0 + key) : -1;
+        else
+          slot = key < tile.nk ? sc.slot()[key] : -1;
+        st.next[Q_PIECES + p] = slot >= 0 ? load16<Bf16x8>(pool + slot * D_QK + d0 + part * 8) : Bf16x8{};
+      }
+    }
+    else
+    {
+      int const key0 = (stage - QK_STAGES) * VK;
+      for (int p = 0; p < V_PIECES; ++p)
+      {
+        int const u = w + p * W, key = key0 + u / V_PIECES_PER_KEY, part = u % V_PIECES_PER_KEY;
+        st.next[p] = key < tile.nk ? load16<Bf16x8>(pool + sc.slot()[key] * D_QK + part * 8) : Bf16x8{};
+      }
+    }
   }
 
-  /// O[rows 4rb..4rb+3][cols c0 + 4cb..+3] = alpha O + P V over the tile's keys, read from and
-  /// written back to the workspace rows of this partial (the first tile starts from 0, the last
-  /// divides by l, so the rows end normalised). Rows past \p rows belong to no node: skipped.
-  KOKKOS_INLINE_FUNCTION void valueChunk(Member const &member, Scratch const &sc, int split, int64_t first_node,
-                                         int rows, int nh, int h0, int c0, bool first, bool last) const
+  /// Converts st.next into the stage's scratch buffers. The first stage of a tile also records
+  /// the tile's pool rows (for the value stages' loads) and, in the tree part, the visibility of
+  /// the tile's keys from its nodes.
+  KOKKOS_FORCEINLINE_FUNCTION void storeStage(Task const &t, TileView const &tile, int b, int w, ItemState &st, int stage,
+                                         Scratch const &sc) const
   {
-    Float4 const *pt = sc.pT(), *v = sc.vChunk();
+    if (stage < QK_STAGES)
+    {
+      Float4 *q = sc.qChunk(), *k = sc.kChunk();
+      for (int p = 0; p < Q_PIECES; ++p)
+      {
+        int const u = w + p * W, row = u / PIECES_PER_ROW, part = u % PIECES_PER_ROW;
+        Float4 *dst = q + row * Scratch::QK_STRIDE + 2 * part;
+        storeBf16x8(st.next[p], a.sm_scale, dst, dst + 1);
+      }
+      for (int p = 0; p < K_PIECES; ++p)
+      {
+        int const u = w + p * W, key = u / PIECES_PER_ROW, part = u % PIECES_PER_ROW;
+        Float4 *dst = k + key * Scratch::QK_STRIDE + 2 * part;
+        storeBf16x8(st.next[Q_PIECES + p], 1.f, dst, dst + 1);
+        if (stage == 0 && part == 0)
+          sc.slot()[key] = st.key_slot[p];
+      }
+      if (stage == 0 && t.tree && w < t.ni)
+        treeVisibilityRow<N>(a, b, t.node0, t.P, t.T, t.i0 + w, tile.k0, tile.nk, sc.vis() + w * N);
+    }
+    else
+    {
+      Float4 *vch = sc.vChunk();
+      for (int p = 0; p < V_PIECES; ++p)
+      {
+        int const u = w + p * W, key = u / V_PIECES_PER_KEY, part = u % V_PIECES_PER_KEY;
+        Float4 *dst = vch + key * Scratch::V_STRIDE + 2 * part;
+        storeBf16x8(st.next[p], 1.f, dst, dst + 1);
+      }
+    }
+  }
+
+  /// acc += Q_chunk K_chunk^T for this item's 2 x 4 score block.
+  KOKKOS_FORCEINLINE_FUNCTION void scoreStage(int w, float (&acc)[Own::SCORE_ROWS][Own::SCORE_KEYS], Scratch const &sc) const
+  {
+    Own const own(w);
+    Float4 const *q = sc.qChunk() + own.score_row0 * Scratch::QK_STRIDE;
+    Float4 const *k = sc.kChunk() + own.score_key0 * Scratch::QK_STRIDE;
+#if defined(__CUDA_ARCH__)
+#pragma unroll 1
+#endif
+    for (int d4 = 0; d4 < DC / 4; ++d4)
+    {
+      Float4 qv[Own::SCORE_ROWS], kv[Own::SCORE_KEYS];
+      for (int i = 0; i < Own::SCORE_ROWS; ++i)
+        qv[i] = q[i * Own::ROW_STEP * Scratch::QK_STRIDE + d4];
+      for (int j = 0; j < Own::SCORE_KEYS; ++j)
+        kv[j] = k[j * Own::KEY_STEP * Scratch::QK_STRIDE + d4];
+      for (int e = 0; e < 4; ++e)
+        for (int i = 0; i < Own::SCORE_ROWS; ++i)
+          for (int j = 0; j < Own::SCORE_KEYS; ++j)
+            acc[i][j] += qv[i].v[e] * kv[j].v[e];
+    }
+  }
+
+  /// Invisible scores become -inf (keys past nk, rows past the tile's, tree keys off the row's
+  /// ancestor set); each item's maximum over its keys per row goes to part_max.
+  KOKKOS_FORCEINLINE_FUNCTION void maskAndPartialMax(Task const &t, TileView const &tile, int w, float (&s)[Own::SCORE_ROWS][Own::SCORE_KEYS],
+                                                Scratch const &sc) const
+  {
+    Own const own(w);
+    for (int i = 0; i < Own::SCORE_ROWS; ++i)
+    {
+      int const r = own.score_row0 + i * Own::ROW_STEP;
+      uint8_t const *vis = sc.vis() + (r < t.rows ? r / t.nh : 0) * N;
+      float mx = NEG_INF;
+      for (int j = 0; j < Own::SCORE_KEYS; ++j)
+      {
+        int const c = own.score_key0 + j * Own::KEY_STEP;
+        bool const ok = r < t.rows && c < tile.nk && (!t.tree || vis[c] != 0);
+        s[i][j] = ok ? s[i][j] : NEG_INF;
+        mx = s[i][j] > mx ? s[i][j] : mx;
+      }
+      sc.partMax()[r * Scratch::KEY_GROUPS + own.key_group] = mx;
+    }
+  }
+
+  /// The row's new maximum from the partial maxima, p = exp(s - m_new) to P^T, partial sums; the
+  /// row's first key group records m_next and alpha = exp(m_old - m_new) for the value stages.
+  KOKKOS_FORCEINLINE_FUNCTION void probabilities(int w, float const (&s)[Own::SCORE_ROWS][Own::SCORE_KEYS], Scratch const &sc) const
+  {
+    Own const own(w);
+    float *pt = reinterpret_cast<float *>(sc.pT());
+    for (int i = 0; i < Own::SCORE_ROWS; ++i)
+    {
+      int const r = own.score_row0 + i * Own::ROW_STEP;
+      float const m_old = sc.m()[r];
+      float m_new = m_old;
+      for (int g = 0; g < Scratch::KEY_GROUPS; ++g)
+      {
+        float const x = sc.partMax()[r * Scratch::KEY_GROUPS + g];
+        m_new = x > m_new ? x : m_new;
+      }
+      float sum = 0.f;
+      for (int j = 0; j < Own::SCORE_KEYS; ++j)
+      {
+        float const x = s[i][j];
+        float const p = m_new == NEG_INF || x == NEG_INF ? 0.f : expNonPositive(x - m_new);
+        pt[(own.score_key0 + j * Own::KEY_STEP) * (Scratch::PT_STRIDE * 4) + r] = p;
+        sum += p;
+      }
+      sc.partSum()[r * Scratch::KEY_GROUPS + own.key_group] = sum;
+      if (own.key_group == 0)
+      {
+        sc.mNext()[r] = m_new;
+        sc.alpha()[r] = m_new == NEG_INF ? 1.f : expNonPositive(m_old - m_new);
+      }
+    }
+  }
+
+  /// Before the tile's first value stage: this item's output rows times alpha; item r < R also
+  /// moves row r's running sum and max on (nobody else reads them in the value stages).
+  KOKKOS_FORCEINLINE_FUNCTION void rescale(int w, ItemState &st, Scratch const &sc) const
+  {
+    Own const own(w);
+    for (int i = 0; i < Own::VALUE_ROWS; ++i)
+    {
+      float const alpha = sc.alpha()[own.value_row0 + i];
+      for (int h = 0; h < Own::VALUE_HALVES; ++h)
+        for (int c = 0; c < 4; ++c)
+          st.o[i][h].v[c] *= alpha;
+    }
+    if (w < R)
+    {
+      float sum = 0.f;
+      for (int g = 0; g < Scratch::KEY_GROUPS; ++g)
+        sum += sc.partSum()[w * Scratch::KEY_GROUPS + g];
+      sc.l()[w] = sc.l()[w] * sc.alpha()[w] + sum;
+      sc.m()[w] = sc.mNext()[w];
+    }
+  }
+
+  /// o += P[:, keys key0 .. key0 + VK) V_chunk for this item's 8 x 8 output block.
+  KOKKOS_FORCEINLINE_FUNCTION void valueStage(int w, ItemState &st, int key0, Scratch const &sc) const
+  {
+    Own const own(w);
+    Float4 const *pt = sc.pT() + key0 * Scratch::PT_STRIDE + own.value_row0 / 4;
+    Float4 const *vch = sc.vChunk() + own.value_col0 / 4;
+#if defined(__CUDA_ARCH__)
+#pragma unroll 1
+#endif
+    for (int n = 0; n < VK; ++n)
+    {
+      Float4 p[Own::VALUE_ROWS / 4], x[Own::VALUE_HALVES];
+      for (int i4 = 0; i4 < Own::VALUE_ROWS / 4; ++i4)
+        p[i4] = pt[n * Scratch::PT_STRIDE + i4];
+      for (int h = 0; h < Own::VALUE_HALVES; ++h)
+        x[h] = vch[n * Scratch::V_STRIDE + h * (Own::HALF_COLS / 4)];
+      for (int i = 0; i < Own::VALUE_ROWS; ++i)
+        for (int h = 0; h < Own::VALUE_HALVES; ++h)
+          for (int c = 0; c < 4; ++c)
+            st.o[i][h].v[c] += p[i / 4].v[i % 4] * x[h].v[c];
+    }
+  }
+
+  /// This item's output block divided by l into the partial's workspace rows (rows past the
+  /// tile's belong to no node), and, for item r < rows, row r's log-sum-exp.
+  KOKKOS_FORCEINLINE_FUNCTION void writeOutput(Task const &t, int w, ItemState const &st, Scratch const &sc) const
+  {
+    Own const own(w);
     float *out = ws_out.data();
-    forEachItem(member, [&](int w) {
-      int const rb = w / (VC / 4), cb = w % (VC / 4);
-      Float4 acc[4];
-      int64_t at[4];
-      for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < Own::VALUE_ROWS; ++i)
+    {
+      int const r = own.value_row0 + i;
+      if (r >= t.rows)
+        continue;
+      float const l = sc.l()[r];
+      float const inv = l > 0.f ? 1.f / l : 0.f;
+      int64_t const at = wsRow(t.split, t.first_node + r / t.nh, t.h0 + r % t.nh) * D_V + own.value_col0;
+      for (int h = 0; h < Own::VALUE_HALVES; ++h)
       {
-        int const r = 4 * rb + i;
-        at[i] = r < rows ? wsRow(split, first_node + r / nh, h0 + r % nh) * D_V + c0 + 4 * cb : -1;
-        acc[i] = first || at[i] < 0 ? Float4{} : load16<Float4>(out + at[i]);
-        float const alpha = sc.alpha[r];
-        for (int j = 0; j < 4; ++j)
-          acc[i].v[j] *= alpha;
+        Float4 y = st.o[i][h];
+        for (int c = 0; c < 4; ++c)
+          y.v[c] *= inv;
+        store16(out + at + h * Own::HALF_COLS, y);
       }
-      for (int n = 0; n < N; ++n)
-      {
-        Float4 const p = pt[n * Scratch::PT_STRIDE + rb];
-        Float4 const x = v[n * Scratch::V_STRIDE + cb];
-        for (int i = 0; i < 4; ++i)
-          for (int j = 0; j < 4; ++j)
-            acc[i].v[j] += p.v[i] * x.v[j];
-      }
-      for (int i = 0; i < 4; ++i)
-      {
-        if (at[i] < 0)
-          continue;
-        if (last)
-        {
-          float const l = sc.l[4 * rb + i];
-          float const inv = l > 0.f ? 1.f / l : 0.f;
-          for (int j = 0; j < 4; ++j)
-            acc[i].v[j] *= inv;
-        }
-        store16(out + at[i], acc[i]);
-      }
-    });
+    }
+    if (w < t.rows)
+    {
+      float const l = sc.l()[w];
+      ws_lse(wsRow(t.split, t.first_node + w / t.nh, t.h0 + w % t.nh)) = l > 0.f ? sc.m()[w] + Compat::log(l) : NEG_INF;
+    }
   }
 };
 
@@ -404,7 +603,8 @@ void launchStreamedSplit(ExecutionSpace const &space, VerifyArgs<typename Execut
       Kokkos::Experimental::WorkItemProperty::HintLightWeight));
   constexpr size_t bytes = StreamedScratch<Tiles>::bytes();
   Policy policy(space, static_cast<int>(plan.leagueSize()), Tiles::TEAM_SIZE, Tiles::VECTOR_LENGTH);
-  int const level = bytes <= static_cast<size_t>(policy.scratch_size_max(0)) ? 0 : 1;
+  constexpr bool device = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename ExecutionSpace::memory_space>::accessible;
+  int const level = device || bytes <= static_cast<size_t>(policy.scratch_size_max(0)) ? 0 : 1;
   if (bytes > static_cast<size_t>(policy.scratch_size_max(level)))
     throw Unsupported("kokkos-team (streamed tiles): " + std::to_string(bytes) +
                       " bytes of team scratch, more than this space offers");
