@@ -12,10 +12,11 @@
 #   portability : canopy run experiments/configs/portability-gpu.toml (graph replay, L2 flushed,
 #                 the fp32 FMA, mma.sync and GEMM ceilings measured in the same run)
 #   scaling     : kokkos-team on the OpenMP build, 1..16 threads (experiments/configs/openmp-scaling.toml)
-#   sanitize    : compute-sanitizer racecheck, one process per Cuda-typed Kokkos test, Kokkos design
-#                 test and Kokkos graph case of the CUDA suite, 14 side by side, 130 s each
-#                 (racecheck.txt: binary case | summary | exit | seconds); memcheck of the two Kokkos
-#                 test binaries whole
+#   sanitize    : compute-sanitizer racecheck and memcheck, one process per tool and case (every
+#                 Cuda-typed Kokkos test, Kokkos design test and Kokkos graph case of the CUDA
+#                 suite), CANOPY_SANITIZER_JOBS side by side (14), CANOPY_SANITIZER_TIMEOUT s each
+#                 (130); racecheck.txt, memcheck.txt: binary case | summary | exit | seconds
+#   serial      : the scaling config on the default build's canopy (CANOPY_SERIAL_BIN, Serial only)
 # Numbers from an H200 are an sm_90 proxy for the sm_120 design target.
 set -uo pipefail
 cuda_bin=$1 omp_bin=$2 lib=$3 out=$4
@@ -45,22 +46,31 @@ for step in $steps; do
       echo "portability exit $?"
       ;;
     sanitize)
-      export cuda_bin out here
-      rc() {  # binary case: one line, "binary case | summary | exit | seconds"
+      # One process per (tool, case), all in one pool: racecheck and memcheck of every Cuda-typed
+      # Kokkos test, every Kokkos design test and the Kokkos graph cases of the CUDA suite.
+      export cuda_bin out here limit=${CANOPY_SANITIZER_TIMEOUT:-130}
+      rc() {  # tool binary case: one line, "tool binary case | summary | exit | seconds"
         source "$here/experiments/gpu/sanitize_case.sh"
-        printf '%s %s | %s\n' "$1" "$2" "$(sanitize_case racecheck 130 "$out/racecheck-reports.log" "$cuda_bin/$1" "$2")"
+        printf '%s %s %s | %s\n' "$1" "$2" "$3" "$(sanitize_case "$1" "$limit" "$out/$1-reports.log" "$cuda_bin/$2" "$3")"
       }
       export -f rc
       list() { "$cuda_bin/$1" --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}' | grep -E "$2" | sed "s|^|$1 |"; }
       { list canopy_Test_VerifyAttentionKokkos '/2\.'  # typed test 2 is Kokkos::Cuda
         list canopy_Test_KokkosDesigns .
-        list canopy_Test_VerifyAttentionCuda kokkos; } |
-        xargs -P 14 -L 1 bash -c 'rc "$0" "$1"' | sort > "$out/racecheck.txt"
-      for t in canopy_Test_VerifyAttentionKokkos canopy_Test_KokkosDesigns; do
-        timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 "$cuda_bin/$t" > "$out/memcheck-$t.log" 2>&1
-        echo "memcheck $t exit $? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED) ' "$out/memcheck-$t.log" | tr '\n' ' ')"
-      done | tee "$out/memcheck.txt"
-      echo "racecheck: $(grep -c ' 0 hazards' "$out/racecheck.txt") of $(wc -l < "$out/racecheck.txt") processes with 0 hazards"
+        list canopy_Test_VerifyAttentionCuda kokkos; } > "$out/cases.txt"
+      { sed 's/^/racecheck /' "$out/cases.txt"; sed 's/^/memcheck /' "$out/cases.txt"; } |
+        xargs -P "${CANOPY_SANITIZER_JOBS:-14}" -L 1 bash -c 'rc "$0" "$1" "$2"' | sort > "$out/sanitize.txt"
+      for tool in racecheck memcheck; do
+        grep "^$tool " "$out/sanitize.txt" | cut -d' ' -f2- > "$out/$tool.txt"
+        echo "$tool: $(grep -cE ' 0 (hazards|errors)' "$out/$tool.txt") of $(wc -l < "$out/$tool.txt") processes clean"
+      done
+      ;;
+    serial)
+      # The same config on the default build's canopy (Debian's Kokkos, Serial only): the Serial
+      # row next to the OpenMP thread counts. CANOPY_SERIAL_BIN: that canopy.
+      timeout 300 "${CANOPY_SERIAL_BIN:?canopy of the default build}" run experiments/configs/openmp-scaling.toml \
+        --out "$out/serial" > "$out/serial.log" 2>&1
+      echo "serial exit $?" | tee "$out/serial.txt"
       ;;
     scaling)
       for n in 1 2 4 8 16; do
