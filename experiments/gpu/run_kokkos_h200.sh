@@ -59,7 +59,8 @@ for step in $steps; do
         list canopy_Test_KokkosDesigns .
         list canopy_Test_VerifyAttentionCuda kokkos; } > "$out/cases.txt"
       { sed 's/^/racecheck /' "$out/cases.txt"; sed 's/^/memcheck /' "$out/cases.txt"; } |
-        xargs -P "${CANOPY_SANITIZER_JOBS:-14}" -L 1 bash -c 'rc "$0" "$1" "$2"' | sort > "$out/sanitize.txt"
+        xargs -P "${CANOPY_SANITIZER_JOBS:-14}" -L 1 bash -c 'rc "$0" "$1" "$2"' |
+        tee "$out/sanitize-as-finished.txt" | sort > "$out/sanitize.txt"  # the first survives a cut
       for tool in racecheck memcheck; do
         grep "^$tool " "$out/sanitize.txt" | cut -d' ' -f2- > "$out/$tool.txt"
         echo "$tool: $(grep -cE ' 0 (hazards|errors)' "$out/$tool.txt") of $(wc -l < "$out/$tool.txt") processes clean"
