@@ -49,12 +49,15 @@ struct StreamedTiles
 
 /// \brief Which scores and outputs work item \p w owns. Work items 32k..32k+31 are one warp on a
 /// GPU; the layouts are chosen per warp so that shared-memory reads are broadcasts or hit distinct
-/// banks, and each 16-byte read feeds 5.3 (scores) or 16 (values) FMAs per thread:
+/// banks. A 16-byte read costs a lane's share of 4 wavefronts whoever shares its address, so what
+/// bounds a block is FMAs per float read: an SM needs 4 (128 FMA/clk, 32 floats/clk).
 /// - scores: warp k holds rows 16(k/4) .. +15 and keys 16(k%4) .. +15 of the 32 x 64 tile; a lane
-///   holds rows row0 + 8i (i < 2) and keys key0 + 4j (j < 4). A warp reads 8 Q and 4 K rows per
-///   column step (one wavefront each), for 256 FMAs.
+///   holds rows row0 + 8i (i < 2) and keys key0 + 4j (j < 4): 6 floats read per 8 FMAs, so the
+///   score stages are shared-memory bound at about a third of the FMA rate (measured:
+///   docs/results/kokkos4.md). Larger blocks need more accumulators than 128 registers leave
+///   beside the output's 64.
 /// - values: warp k holds output columns 64k .. +63 for all 32 rows; a lane holds rows row0 + i
-///   (i < 8) and columns col0 + 32h + c (h < 2, c < 4). A warp reads 4 P^T and 8 V float4 per key.
+///   (i < 8) and columns col0 + 32h + c (h < 2, c < 4): 16 floats read per 64 FMAs.
 struct StreamedOwnership
 {
   static constexpr int SCORE_ROWS = 2, SCORE_KEYS = 4, ROW_STEP = 8, KEY_STEP = 4;
@@ -205,7 +208,7 @@ struct VerifyStreamedKernel
     int64_t key_slot[K_PIECES];                     ///< pool rows of a new tile's K pieces, until stored
   };
 
-  /// The tile's keys and rows, as every stage needs them.
+  /// The tile's first key and key count, as every stage needs them.
   struct TileView
   {
     int64_t k0;
