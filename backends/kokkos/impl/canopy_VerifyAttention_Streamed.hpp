@@ -139,33 +139,6 @@ struct StreamedScratch
   KOKKOS_INLINE_FUNCTION uint8_t *vis() const { return at<uint8_t>(VIS_AT); }    ///< [R][N] tree visibility
 };
 
-/// \brief Sixteen bytes of bf16 as loaded from global memory, converted when stored to scratch.
-struct alignas(16) Bf16x8
-{
-  uint32_t w[4];
-};
-
-/// \brief Stores \p x (eight bf16) as fp32 times \p scale into \p lo and \p hi. bf16 -> fp32 is
-/// the 16 bits shifted up; little endian: element 2i is the low half of word i.
-KOKKOS_FORCEINLINE_FUNCTION void storeBf16x8(Bf16x8 const &x, float scale, Float4 *lo, Float4 *hi)
-{
-  float f[8];
-  for (int i = 0; i < 4; ++i)
-  {
-    uint32_t const even = x.w[i] << 16, odd = x.w[i] & 0xffff0000u;
-    memcpy(&f[2 * i], &even, 4);
-    memcpy(&f[2 * i + 1], &odd, 4);
-  }
-  Float4 a, b;
-  for (int i = 0; i < 4; ++i)
-  {
-    a.v[i] = f[i] * scale;
-    b.v[i] = f[4 + i] * scale;
-  }
-  *lo = a;
-  *hi = b;
-}
-
 /// \brief The streamed split kernel: one team per (request, head group, partial, row tile), the
 /// row tile fastest so that the teams reading one KV chunk run together and share it through L2.
 /// Partials are as in the resident kernel (prefix chunks, then the masked tree part); each writes
@@ -414,13 +387,13 @@ struct VerifyStreamedKernel
       {
         int const u = w + p * W, row = u / PIECES_PER_ROW, part = u % PIECES_PER_ROW;
         Float4 *dst = q + row * Scratch::QK_STRIDE + 2 * part;
-        storeBf16x8(st.next[p], a.sm_scale, dst, dst + 1);
+        widenBf16x8(st.next[p], a.sm_scale, dst[0], dst[1]);
       }
       for (int p = 0; p < K_PIECES; ++p)
       {
         int const u = w + p * W, key = u / PIECES_PER_ROW, part = u % PIECES_PER_ROW;
         Float4 *dst = k + key * Scratch::QK_STRIDE + 2 * part;
-        storeBf16x8(st.next[Q_PIECES + p], 1.f, dst, dst + 1);
+        widenBf16x8(st.next[Q_PIECES + p], 1.f, dst[0], dst[1]);
         if (stage == 0 && part == 0)
           sc.slot()[key] = st.key_slot[p];
       }
@@ -434,7 +407,7 @@ struct VerifyStreamedKernel
       {
         int const u = w + p * W, key = u / V_PIECES_PER_KEY, part = u % V_PIECES_PER_KEY;
         Float4 *dst = vch + key * Scratch::V_STRIDE + 2 * part;
-        storeBf16x8(st.next[p], 1.f, dst, dst + 1);
+        widenBf16x8(st.next[p], 1.f, dst[0], dst[1]);
       }
     }
   }

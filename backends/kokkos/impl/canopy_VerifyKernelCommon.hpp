@@ -1,6 +1,6 @@
 /// \file canopy_VerifyKernelCommon.hpp
 /// \brief What both portable split kernels share: the output sentinels, index arithmetic, the
-/// exp used by the online softmax, and bf16 loads.
+/// exp used by the online softmax, 16-byte moves and the bf16 widening.
 #pragma once
 
 #include "canopy_Bf16.hpp"
@@ -155,26 +155,30 @@ KOKKOS_INLINE_FUNCTION void store16(void *p, T const &x)
 #endif
 }
 
-/// \brief Eight consecutive bf16 (16 bytes) as fp32 times \p scale. \pre \p src is 16-byte
-/// aligned (load16). bf16 -> fp32 is the 16 bits shifted up.
-KOKKOS_INLINE_FUNCTION void loadBf16x8(uint16_t const *src, float scale, Float4 &lo, Float4 &hi)
+/// \brief Eight consecutive bf16, 16-byte aligned, as moved from global memory (load16).
+struct alignas(16) Bf16x8
 {
-  struct alignas(16) Words
-  {
-    uint32_t w[4];
-  };
-  Words const u = load16<Words>(src);
+  uint32_t w[4];
+};
+
+/// \brief \p x as fp32 times \p scale: elements 0..3 to \p lo, 4..7 to \p hi. bf16 -> fp32 is the
+/// 16 bits shifted up; little endian: element 2i is the low half of word i.
+KOKKOS_FORCEINLINE_FUNCTION void widenBf16x8(Bf16x8 const &x, float scale, Float4 &lo, Float4 &hi)
+{
   float f[8];
   for (int i = 0; i < 4; ++i)
   {
-    uint32_t const even = u.w[i] << 16, odd = u.w[i] & 0xffff0000u;  // little endian: element 2i is the low half
+    uint32_t const even = x.w[i] << 16, odd = x.w[i] & 0xffff0000u;
     memcpy(&f[2 * i], &even, 4);
     memcpy(&f[2 * i + 1], &odd, 4);
   }
+  Float4 a, b;  // whole Float4 assignments: one 16-byte store each where lo and hi are in scratch
   for (int i = 0; i < 4; ++i)
   {
-    lo.v[i] = f[i] * scale;
-    hi.v[i] = f[4 + i] * scale;
+    a.v[i] = f[i] * scale;
+    b.v[i] = f[4 + i] * scale;
   }
+  lo = a;
+  hi = b;
 }
 } // namespace canopy::Impl
