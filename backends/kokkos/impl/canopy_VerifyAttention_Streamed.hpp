@@ -199,12 +199,12 @@ struct VerifyStreamedKernel
     return (static_cast<int64_t>(split) * node_capacity + node_row) * a.num_heads + h;
   }
 
-  /// The team's fixed facts: which rows, which keys, which partial.
-  struct Task
+  /// The team's fixed facts: its TeamTask, and which rows and keys of the request it covers.
+  struct Task : TeamTask
   {
-    int split, nh, h0, rows;
+    int rows;
     bool tree;
-    int64_t node0, first_node, kv0, P, T, i0, ni, lo, hi;
+    int64_t first_node, kv0, P, i0, ni, lo, hi;
 
     KOKKOS_INLINE_FUNCTION TileView tileAt(int64_t k0) const
     {
@@ -219,24 +219,18 @@ struct VerifyStreamedKernel
 
   KOKKOS_INLINE_FUNCTION void operator()(Member const &member) const
   {
-    TeamTask team;
-    if (!decodeTeam(member.league_rank(), plan, a, team))
-      return;
     Task t;
-    t.split = team.split;
-    t.nh = team.nh;
-    t.h0 = team.h0;
-    t.node0 = team.node0;
-    t.T = team.T;
+    if (!decodeTeam(member.league_rank(), plan, a, t))
+      return;
     int64_t const nodes_per_tile = plan.rows_per_tile / plan.heads_per_group;
-    t.i0 = team.row_tile * nodes_per_tile;
+    t.i0 = t.row_tile * nodes_per_tile;
     if (t.i0 >= t.T)
       return;
     t.ni = t.T - t.i0 < nodes_per_tile ? t.T - t.i0 : nodes_per_tile;
     t.rows = static_cast<int>(t.ni * t.nh);
     t.first_node = t.node0 + t.i0;
-    t.kv0 = a.kv_indptr(team.b);
-    t.P = a.kv_indptr(team.b + 1) - t.kv0;
+    t.kv0 = a.kv_indptr(t.b);
+    t.P = a.kv_indptr(t.b + 1) - t.kv0;
     t.tree = t.split == plan.nsplit;
     t.lo = 0;
     t.hi = 0;
@@ -251,10 +245,10 @@ struct VerifyStreamedKernel
       });
       return;
     }
-    run(member, t, team.b);
+    run(member, t);
   }
 
-  KOKKOS_FORCEINLINE_FUNCTION void run(Member const &member, Task const &t, int b) const
+  KOKKOS_FORCEINLINE_FUNCTION void run(Member const &member, Task const &t) const
   {
     // On a device the level is the constant 0, so that the compiler sees shared memory behind
     // the pointer (32-bit addresses, shared loads); a runtime level makes every access generic.
@@ -290,7 +284,7 @@ struct VerifyStreamedKernel
       {
         member.team_barrier();  // every item is done with the buffers the store below overwrites
         for (int v = 0; v < ITEMS_PER_THREAD; ++v)
-          storeStage(t, tile, b, first_item + v, st[v], stage, sc);
+          storeStage(t, tile, first_item + v, st[v], stage, sc);
         member.team_barrier();
         // The next stage's loads first, so that they are in flight while this stage computes.
         for (int v = 0; v < ITEMS_PER_THREAD; ++v)
@@ -311,7 +305,7 @@ struct VerifyStreamedKernel
       {
         member.team_barrier();
         for (int v = 0; v < ITEMS_PER_THREAD; ++v)
-          storeStage(t, tile, b, first_item + v, st[v], stage, sc);
+          storeStage(t, tile, first_item + v, st[v], stage, sc);
         member.team_barrier();
         if (stage + 1 < STAGES)
           for (int v = 0; v < ITEMS_PER_THREAD; ++v)
@@ -377,7 +371,7 @@ struct VerifyStreamedKernel
   /// Converts st.next into the stage's scratch buffers. The first stage of a tile also records
   /// the tile's pool rows (for the value stages' loads) and, in the tree part, the visibility of
   /// the tile's keys from its nodes.
-  KOKKOS_FORCEINLINE_FUNCTION void storeStage(Task const &t, TileView const &tile, int b, int w, ItemState &st, int stage,
+  KOKKOS_FORCEINLINE_FUNCTION void storeStage(Task const &t, TileView const &tile, int w, ItemState &st, int stage,
                                          Scratch const &sc) const
   {
     if (stage < QK_STAGES)
@@ -398,7 +392,7 @@ struct VerifyStreamedKernel
           sc.slot()[key] = st.key_slot[p];
       }
       if (stage == 0 && t.tree && w < t.ni)
-        treeVisibilityRow<N>(a, b, t.node0, t.P, t.T, t.i0 + w, tile.k0, tile.nk, sc.vis() + w * N);
+        treeVisibilityRow<N>(a, t.b, t.node0, t.P, t.T, t.i0 + w, tile.k0, tile.nk, sc.vis() + w * N);
     }
     else
     {
