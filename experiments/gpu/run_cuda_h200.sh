@@ -39,8 +39,8 @@ if [ "$mode" = checks ]; then
   # ran past 480 s and the family parts take at most ~230 s. CANOPY_SANITIZER_JOBS processes run side
   # by side (default 12; the GPU machine has 16 cores), each under CANOPY_SANITIZER_TIMEOUT seconds
   # (default 500); CANOPY_SANITIZER_CASES (an extended regex, default all) picks a subset.
-  "$test_bin" --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}' |
-    grep -E "${CANOPY_SANITIZER_CASES:-.}" > "$out/cases.txt"
+  source "$here/experiments/gpu/sanitize_case.sh"
+  gtest_cases "$test_bin" | grep -E "${CANOPY_SANITIZER_CASES:-.}" > "$out/cases.txt"
   export test_bin out here
   export families="sm120Kernel sm120WideKernel flatKernel combineKernel"
   sanitize() {  # tool case [family]: one line, "case | family | summary | exit | seconds"

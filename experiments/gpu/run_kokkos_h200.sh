@@ -54,7 +54,8 @@ for step in $steps; do
         printf '%s %s %s | %s\n' "$1" "$2" "$3" "$(sanitize_case "$1" "$limit" "$out/$1-reports.log" "$cuda_bin/$2" "$3")"
       }
       export -f rc
-      list() { "$cuda_bin/$1" --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}' | grep -E "$2" | sed "s|^|$1 |"; }
+      source "$here/experiments/gpu/sanitize_case.sh"
+      list() { gtest_cases "$cuda_bin/$1" | grep -E "$2" | sed "s|^|$1 |"; }
       { list canopy_Test_VerifyAttentionKokkos '/2\.'  # typed test 2 is Kokkos::Cuda
         list canopy_Test_KokkosDesigns .
         list canopy_Test_VerifyAttentionCuda kokkos; } > "$out/cases.txt"

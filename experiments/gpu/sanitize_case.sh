@@ -1,4 +1,9 @@
-# Sourced by run_cuda_h200.sh and run_kokkos_h200.sh: one compute-sanitizer run of one gtest case.
+# Sourced by run_cuda_h200.sh and run_kokkos_h200.sh: the cases of a gtest binary, and one
+# compute-sanitizer run of one case.
+#   gtest_cases <test-binary>: one "Suite.case" per line
+gtest_cases() {
+  "$1" --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}'
+}
 #   sanitize_case <tool> <timeout-s> <reports-file> <test-binary> <gtest-filter> [sanitizer args...]
 # prints "summary | exit | seconds". The summary is the tool's SUMMARY line, "host-only, no CUDA
 # call" for a case that makes no CUDA call (the tool has nothing to instrument), or "none (cut)".
