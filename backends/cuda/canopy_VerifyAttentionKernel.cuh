@@ -167,6 +167,31 @@ template <> struct PartialStore<__nv_bfloat16>
 };
 
 // ---------------------------------------------------------------------------------------------
+// Shared-memory plans. Each tile config names its regions as a chain of SmemRegion (`Smem`), each
+// starting where the one before ends, rounded up to 16 bytes (cp.async and ldmatrix rows); the
+// kernels take every pointer from a region (smemAt), and the plan's end is the launch's dynamic
+// shared memory, checked against the sm_120 limit at compile time (fitsSm120).
+// ---------------------------------------------------------------------------------------------
+struct SmemRegion
+{
+  int offset;
+  int bytes;
+  constexpr int end() const { return offset + bytes; }
+  /// The region of \p n bytes that follows this one.
+  constexpr SmemRegion next(int n) const { return {(end() + 15) / 16 * 16, n}; }
+};
+
+/// Pointer to region \p r of the dynamic shared memory at \p base.
+template <class T>
+__device__ __forceinline__ T *smemAt(unsigned char *base, SmemRegion r)
+{
+  return reinterpret_cast<T *>(base + r.offset);
+}
+
+/// A plan's end within the 99 KB a block may use on sm_120 (opt-in limit, enforced on every GPU).
+constexpr bool fitsSm120(SmemRegion last) { return last.end() <= static_cast<int>(SMEM_LIMIT); }
+
+// ---------------------------------------------------------------------------------------------
 // Tile configuration. ROW_GROUPS row groups of 16 (node, head) rows; KSPLIT warps per row group:
 // warp (rg, kh) holds Q columns [576/KSPLIT kh, +576/KSPLIT) as A fragments and owns a 1/KSPLIT
 // share of the 512 output columns as fp32 accumulators. The KSPLIT partial score tiles are summed
@@ -211,8 +236,18 @@ struct TileConfig
   static constexpr int VIS_WORDS = VIS_BYTES / 8;
   static constexpr int RING_BYTES = 2 * N_TILE * 8;
   static constexpr int INFO_BYTES = 128;  ///< TileInfo
-  static constexpr int SMEM_BYTES = KV_BYTES + V_BYTES + X_BYTES + VIS_BYTES + RING_BYTES + INFO_BYTES;
-  static_assert(SMEM_BYTES <= static_cast<int>(SMEM_LIMIT), "tile exceeds the sm_120 99 KB shared-memory limit");
+  /// The shared-memory plan, in this order.
+  struct Smem
+  {
+    static constexpr SmemRegion kv{0, KV_BYTES};                 ///< K/V stages; the Q tile is staged here once
+    static constexpr SmemRegion v = kv.next(V_BYTES);            ///< V tile loaded again (SEPARATE_V)
+    static constexpr SmemRegion scores = v.next(X_BYTES);        ///< partial scores exchanged in a row group
+    static constexpr SmemRegion vis = scores.next(VIS_BYTES);    ///< visibility window words
+    static constexpr SmemRegion ring = vis.next(RING_BYTES);     ///< slot indices of the next two KV tiles
+    static constexpr SmemRegion info = ring.next(INFO_BYTES);    ///< TileInfo
+  };
+  static constexpr int SMEM_BYTES = Smem::info.end();
+  static_assert(fitsSm120(Smem::info), "tile exceeds the sm_120 99 KB shared-memory limit");
   static_assert(VIS_WORDS >= MAX_TILE_NODES, "every tile node needs one 64-bit word (a 32-key tile window)");
   static_assert(K16_STEPS % KSPLIT == 0, "KSPLIT must divide the 36 k16 steps of a 576-wide row");
 };
@@ -650,13 +685,12 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
   constexpr int VB = Cfg::SEPARATE_V ? Cfg::V_ROW_BYTES : Cfg::KV_ROW_BYTES;
 
   extern __shared__ __align__(16) unsigned char smem[];
-  unsigned char *const v_smem = smem + Cfg::KV_BYTES;
-  float4 *const xbuf = reinterpret_cast<float4 *>(smem + Cfg::KV_BYTES + Cfg::V_BYTES);
-  uint64_t *const vis = reinterpret_cast<uint64_t *>(smem + Cfg::KV_BYTES + Cfg::V_BYTES + Cfg::X_BYTES);
-  int64_t *const ring = reinterpret_cast<int64_t *>(smem + Cfg::KV_BYTES + Cfg::V_BYTES + Cfg::X_BYTES +
-                                                    Cfg::VIS_BYTES);
-  TileInfo *const info_w = reinterpret_cast<TileInfo *>(smem + Cfg::KV_BYTES + Cfg::V_BYTES + Cfg::X_BYTES +
-                                                        Cfg::VIS_BYTES + Cfg::RING_BYTES);
+  using Smem = typename Cfg::Smem;
+  unsigned char *const v_smem = smemAt<unsigned char>(smem, Smem::v);
+  float4 *const xbuf = smemAt<float4>(smem, Smem::scores);
+  uint64_t *const vis = smemAt<uint64_t>(smem, Smem::vis);
+  int64_t *const ring = smemAt<int64_t>(smem, Smem::ring);
+  TileInfo *const info_w = smemAt<TileInfo>(smem, Smem::info);
   TileInfo const volatile *const info = info_w;
 
   int const tid = threadIdx.x;
@@ -667,7 +701,7 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
 
   TileSmem const sm{vis, ring, info_w};
   TileSetup st;
-  uint32_t const kv_base = smemAddr(smem);
+  uint32_t const kv_base = smemAddr(smemAt<unsigned char>(smem, Smem::kv));
   if (!beginTile<Cfg>(p, b, mt, split, head, kv_base, sm, st))
     return;
   int const tile_row0 = st.tile_row0, rows_in_req = st.rows_in_req;

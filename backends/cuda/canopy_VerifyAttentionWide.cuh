@@ -73,19 +73,23 @@ struct WideConfig
   static constexpr int RING_BYTES = STAGES * N_TILE * 8;  ///< slot indices, one entry per stage
   static constexpr int INFO_BYTES = 128;
   static constexpr int MBAR_BYTES = DECOUPLED ? 2 * STAGES * 8 : 0;  ///< full[STAGES], empty[STAGES]
-  static constexpr int X_OFF = KV_BYTES;
-  static constexpr int PREC_OFF = X_OFF + X_BYTES;
-  static constexpr int ALPHA_OFF = PREC_OFF + PREC_BYTES;
-  static constexpr int STATS_OFF = ALPHA_OFF + ALPHA_BYTES;
-  static constexpr int VIS_OFF = STATS_OFF + STATS_BYTES;
-  static constexpr int RING_OFF = VIS_OFF + VIS_BYTES;
-  static constexpr int INFO_OFF = RING_OFF + RING_BYTES;
-  static constexpr int MBAR_OFF = INFO_OFF + INFO_BYTES;
-  static constexpr int SMEM_BYTES = MBAR_OFF + MBAR_BYTES;
-  static_assert(SMEM_BYTES <= static_cast<int>(SMEM_LIMIT), "tile exceeds the sm_120 99 KB shared-memory limit");
+  /// The shared-memory plan, in this order.
+  struct Smem
+  {
+    static constexpr SmemRegion kv{0, KV_BYTES};                  ///< K/V ring; the Q tile is staged here once
+    static constexpr SmemRegion scores = kv.next(X_BYTES);        ///< partial scores of each warp
+    static constexpr SmemRegion prec = scores.next(PREC_BYTES);   ///< P as A fragments
+    static constexpr SmemRegion alpha = prec.next(ALPHA_BYTES);   ///< rescale factors
+    static constexpr SmemRegion stats = alpha.next(STATS_BYTES);  ///< final (max, sum) per row
+    static constexpr SmemRegion vis = stats.next(VIS_BYTES);      ///< visibility window words
+    static constexpr SmemRegion ring = vis.next(RING_BYTES);      ///< slot indices
+    static constexpr SmemRegion info = ring.next(INFO_BYTES);     ///< TileInfo
+    static constexpr SmemRegion mbar = info.next(MBAR_BYTES);     ///< stage mbarriers (DECOUPLED)
+  };
+  static constexpr int SMEM_BYTES = Smem::mbar.end();
+  static_assert(fitsSm120(Smem::mbar), "tile exceeds the sm_120 99 KB shared-memory limit");
   static_assert(KV_BYTES >= M_TILE * KV_ROW_BYTES, "the K/V ring stages the Q tile once");
   static_assert(sizeof(TileInfo) <= INFO_BYTES, "TileInfo");
-  static_assert(MBAR_OFF % 8 == 0, "mbarriers are 8-byte aligned");
   static_assert(VIS_WORDS >= MAX_TILE_NODES, "every tile node needs one 64-bit word (a 32-key tile window)");
   static_assert(D_QK % (16 * QUARTERS) == 0 && D_V % (8 * QUARTERS) == 0, "the quarters split Q.K^T and P.V evenly");
 };
@@ -153,13 +157,14 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
   constexpr int KVB = Cfg::KV_ROW_BYTES;
 
   extern __shared__ __align__(16) unsigned char smem[];
-  float4 *const xbuf = reinterpret_cast<float4 *>(smem + Cfg::X_OFF);
-  uint4 *const prec = reinterpret_cast<uint4 *>(smem + Cfg::PREC_OFF);
-  float *const alph = reinterpret_cast<float *>(smem + Cfg::ALPHA_OFF);
-  float2 *const stats = reinterpret_cast<float2 *>(smem + Cfg::STATS_OFF);
-  uint64_t *const vis = reinterpret_cast<uint64_t *>(smem + Cfg::VIS_OFF);
-  int64_t *const ring = reinterpret_cast<int64_t *>(smem + Cfg::RING_OFF);
-  TileInfo *const info_w = reinterpret_cast<TileInfo *>(smem + Cfg::INFO_OFF);
+  using Smem = typename Cfg::Smem;
+  float4 *const xbuf = smemAt<float4>(smem, Smem::scores);
+  uint4 *const prec = smemAt<uint4>(smem, Smem::prec);
+  float *const alph = smemAt<float>(smem, Smem::alpha);
+  float2 *const stats = smemAt<float2>(smem, Smem::stats);
+  uint64_t *const vis = smemAt<uint64_t>(smem, Smem::vis);
+  int64_t *const ring = smemAt<int64_t>(smem, Smem::ring);
+  TileInfo *const info_w = smemAt<TileInfo>(smem, Smem::info);
   TileInfo const volatile *const info = info_w;
 
   int const tid = threadIdx.x;
@@ -170,8 +175,8 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
 
   TileSmem const sm{vis, ring, info_w};
   TileSetup st;
-  uint32_t const kv_base = smemAddr(smem);
-  DecoupledStages<Cfg> const stages{kv_base + Cfg::MBAR_OFF};
+  uint32_t const kv_base = smemAddr(smemAt<unsigned char>(smem, Smem::kv));
+  DecoupledStages<Cfg> const stages{kv_base + Smem::mbar.offset};
   if constexpr (Cfg::DECOUPLED)
     stages.init();  // published by beginTile's __syncthreads
   if (!beginTile<Cfg>(p, b, mt, split, 0, kv_base, sm, st))
