@@ -147,6 +147,51 @@ __device__ __forceinline__ float fastExp2(float x)
   return y;
 }
 
+/// The online softmax of one row in log2 units, the one state the tile kernels (a block of keys at
+/// a time) and the split combine (a split at a time) keep: m is the reference max of the scaled
+/// scores seen so far, l the sum of 2^(x - m) over them; outputs accumulated alongside are
+/// relative to the same m. lse() = m + log2(l) is what a split hands to the combine.
+struct SoftmaxState
+{
+  /// Lazy rescaling: the tile kernels move m only when a block's max exceeds it by more than
+  /// RESCALE_SLACK, so weights stay <= 2^8 (exact in fp32, fine in bf16) and rescaling O (128
+  /// multiplies per thread in the 16-row tile, 181 of ~940 instructions per warp and tile when it
+  /// ran every tile) happens a few times per split.
+  static constexpr float RESCALE_SLACK = 8.f;
+
+  float m = NEG_INF;
+  float l = 0.f;
+
+  /// Takes in a block of keys whose largest scaled score is \p mx (-inf: none visible). Returns
+  /// alpha, the factor the caller applies to l and to its accumulated outputs (1 when m stays), and
+  /// sets \p msub, what the block's scaled scores subtract before exp2; the caller then adds the
+  /// block's weights to l. m = -inf (nothing visible yet) always moves, and msub = 0 then keeps
+  /// -inf - -inf = NaN out.
+  __device__ __forceinline__ float advance(float mx, float &msub)
+  {
+    bool const move = mx > m + RESCALE_SLACK || m == NEG_INF;
+    float const mnew = move ? fmaxf(m, mx) : m;
+    float const alpha = mnew == NEG_INF || mnew == m ? 1.f : fastExp2(m - mnew);
+    msub = mnew == NEG_INF ? 0.f : mnew;
+    m = mnew;
+    return alpha;
+  }
+
+  /// Merges the state (\p mo, \p lo) of another part of the row's keys, exactly: sets \p wa and
+  /// \p wb, the weights of this state's accumulated outputs and of the other part's, relative to
+  /// the merged m. A part with mo = -inf (no visible key) must be skipped by the caller.
+  __device__ __forceinline__ void merge(float mo, float lo, float &wa, float &wb)
+  {
+    float const mnew = fmaxf(m, mo);
+    wa = m == NEG_INF ? 0.f : exp2f(m - mnew);
+    wb = exp2f(mo - mnew);
+    l = l * wa + lo * wb;
+    m = mnew;
+  }
+
+  __device__ __forceinline__ float lse() const { return m + log2f(l); }
+};
+
 __device__ __forceinline__ uint32_t packBf16(float lo, float hi)
 {
   __nv_bfloat162 const v = __floats2bfloat162_rn(lo, hi);
@@ -636,10 +681,10 @@ __device__ __forceinline__ void pipelineKV(KvLoader<Cfg> const &ld, int ntiles, 
 /// Writes the calling thread's share of one output row: 8-column blocks n < \p live (of at most
 /// NBLK) at columns col + 8 n, values val(n, 0) and val(n, 1) times \p inv. \p direct: bf16 into
 /// `out`; otherwise this split's partial (O normalised by its own sum) and, from \p lse_writer,
-/// the row's lse = m + log2(l) in log2 units, for the combine kernel.
+/// the row's lse (log2 units, \p row), for the combine kernel.
 template <class PartialT, int NBLK, class Val>
 __device__ __forceinline__ void storeRow(VerifyParams const &p, bool direct, int64_t gr, int split, int col, int live,
-                                         float inv, bool lse_writer, float m, float l, Val &&val)
+                                         float inv, bool lse_writer, SoftmaxState const &row, Val &&val)
 {
   if (direct)
   {
@@ -657,7 +702,7 @@ __device__ __forceinline__ void storeRow(VerifyParams const &p, bool direct, int
       if (n < live)
         PartialStore<PartialT>::pair(prow + n * 8, val(n, 0) * inv, val(n, 1) * inv);
     if (lse_writer)
-      p.partial_lse[gr * p.nsplit + split] = m + log2f(l);
+      p.partial_lse[gr * p.nsplit + split] = row.lse();
   }
 }
 
@@ -736,7 +781,7 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
 #pragma unroll
   for (int n = 0; n < 2 * PAIRS; ++n)
     o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-  float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
+  SoftmaxState row[2];  // rows g and g + 8
 
   int const ntiles = st.ntiles;
   KvLoader<Cfg> const ld{p, sm};
@@ -814,18 +859,8 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
       mx[h] *= scale;  // log2 units from here on (-inf stays -inf)
-      // Lazy rescaling: the reference max m moves only when a score exceeds it by more than
-      // RESCALE_SLACK (log2 units), so weights stay <= 2^8 (exact in fp32, fine in bf16) and the
-      // 128 multiplies per thread of rescaling O run a few times per split instead of every tile
-      // (they were 181 of ~940 instructions per warp and tile). m = -inf (nothing visible yet)
-      // always moves; -inf - -inf = NaN is avoided by msub.
-      constexpr float RESCALE_SLACK = 8.f;
-      bool const move = mx[h] > m[h] + RESCALE_SLACK || m[h] == NEG_INF;
-      float const mnew = move ? fmaxf(m[h], mx[h]) : m[h];
-      alpha[h] = mnew == NEG_INF || mnew == m[h] ? 1.f : fastExp2(m[h] - mnew);
-      msub[h] = mnew == NEG_INF ? 0.f : mnew;
-      m[h] = mnew;
-      l[h] *= alpha[h];
+      alpha[h] = row[h].advance(mx[h], msub[h]);
+      row[h].l *= alpha[h];
     }
 #pragma unroll
     for (int n = 0; n < 4; ++n)
@@ -834,8 +869,8 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
       s[n][1] = fastExp2(fmaf(s[n][1], scale, -msub[0]));
       s[n][2] = fastExp2(fmaf(s[n][2], scale, -msub[1]));
       s[n][3] = fastExp2(fmaf(s[n][3], scale, -msub[1]));
-      l[0] += s[n][0] + s[n][1];
-      l[1] += s[n][2] + s[n][3];
+      row[0].l += s[n][0] + s[n][1];
+      row[1].l += s[n][2] + s[n][3];
     }
     if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))
     {
@@ -928,8 +963,8 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
 #pragma unroll
   for (int h = 0; h < 2; ++h)
   {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    row[h].l += __shfl_xor_sync(0xffffffffu, row[h].l, 1);
+    row[h].l += __shfl_xor_sync(0xffffffffu, row[h].l, 2);
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h)
@@ -943,9 +978,9 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
     int const rr = info->mt * M_TILE + rg_ * 16 + g_ + h * 8;
     int64_t const qo = info->qo0;
     int64_t const gr = Cfg::FOLD_HEADS ? qo * p.num_heads + rr : (qo + rr) * p.num_heads + head;
-    float const inv = info->tree_too_big ? __int_as_float(0x7fc00000) : 1.f / l[h];
+    float const inv = info->tree_too_big ? __int_as_float(0x7fc00000) : 1.f / row[h].l;
     storeRow<PartialT, 2 * PAIRS>(p, p.nsplit == 1 || !Cfg::FOLD_HEADS, gr, info->split, kh_ * PAIRS * 16 + t4 * 2,
-                                  32 % KS == 0 ? 2 * PAIRS : 2 * npairs, inv, kh_ == 0 && t4 == 0, m[h], l[h],
+                                  32 % KS == 0 ? 2 * PAIRS : 2 * npairs, inv, kh_ == 0 && t4 == 0, row[h],
                                   [&](int n, int e) { return o[n][h * 2 + e]; });
   }
 }

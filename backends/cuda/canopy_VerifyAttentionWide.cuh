@@ -201,7 +201,7 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
     for (int n = 0; n < Cfg::NBLK; ++n)
       o[m][n][0] = o[m][n][1] = o[m][n][2] = o[m][n][3] = 0.f;
   // Softmax state of the one row this lane reduces: row (q / 2) * 16 + g + 8 (q % 2) of the group.
-  float mrow = NEG_INF, lrow = 0.f;
+  SoftmaxState row;
 
   KvLoader<Cfg> const ld{p, sm};
 
@@ -268,16 +268,12 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     mx *= scale;
-    constexpr float RESCALE_SLACK = 8.f;
-    bool const move = mx > mrow + RESCALE_SLACK || mrow == NEG_INF;
-    float const mnew = move ? fmaxf(mrow, mx) : mrow;
-    float const alpha = mnew == NEG_INF || mnew == mrow ? 1.f : fastExp2(mrow - mnew);
-    float const msub = mnew == NEG_INF ? 0.f : mnew;
-    mrow = mnew;
+    float msub;
+    float const alpha = row.advance(mx, msub);
 #pragma unroll
     for (int e = 0; e < 4; ++e)
       x[e] = fastExp2(fmaf(x[e], scale, -msub));
-    lrow = lrow * alpha + ((x[0] + x[1]) + (x[2] + x[3]));
+    row.l = row.l * alpha + ((x[0] + x[1]) + (x[2] + x[3]));
     // Registers h and 2 + h of the row block's A fragment; the PV warps then load each fragment as
     // one 16-byte word into 4 consecutive registers, as HMMA wants them (assembled from two words,
     // the fragment cost ~150 register moves per half in the sm_90 SASS).
@@ -530,10 +526,10 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
   if (!rg_valid)
     return;
   // Final (max, sum) of each row, from its reducer lanes to every warp that holds part of its O.
-  lrow += __shfl_xor_sync(0xffffffffu, lrow, 1);
-  lrow += __shfl_xor_sync(0xffffffffu, lrow, 2);
+  row.l += __shfl_xor_sync(0xffffffffu, row.l, 1);
+  row.l += __shfl_xor_sync(0xffffffffu, row.l, 2);
   if (t4 == 0)
-    stats[rg * 32 + (q >> 1) * 16 + (lane >> 2) + (q & 1) * 8] = make_float2(mrow, lrow);
+    stats[rg * 32 + (q >> 1) * 16 + (lane >> 2) + (q & 1) * 8] = make_float2(row.m, row.l);
   rowGroupBarrier(rg, Cfg::GROUP_THREADS);
 #pragma unroll
   for (int m = 0; m < 2; ++m)
@@ -548,7 +544,7 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
       int64_t const gr = info->qo0 * p.num_heads + rr;
       float const inv = info->tree_too_big ? __int_as_float(0x7fc00000) : 1.f / st.y;
       storeRow<PartialT, Cfg::NBLK>(p, p.nsplit == 1, gr, info->split, q * Cfg::NBLK * 8 + t4 * 2, Cfg::NBLK, inv,
-                                    q == 0 && t4 == 0, st.x, st.y, [&](int n, int e) { return o[m][n][h * 2 + e]; });
+                                    q == 0 && t4 == 0, SoftmaxState{st.x, st.y}, [&](int n, int e) { return o[m][n][h * 2 + e]; });
     }
 }
 } // namespace canopy::cuda::Impl
