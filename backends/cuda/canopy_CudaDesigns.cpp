@@ -236,8 +236,8 @@ void registerCudaDesigns()
                  [] { return cuda::makeSm120WideDesign(false); }, /*experimental=*/true);
   registerDesign("cuda-sm120-pp",
                  "cuda-sm120-w32 with its two row groups decoupled (experimental): 4 cp.async stages of 16 keys "
-                 "published and released by mbarriers instead of CTA-wide barriers, the second group started half a "
-                 "step behind, so one group's mma overlap the other's softmax",
+                 "published and released by mbarriers instead of CTA-wide barriers, so one group's mma can overlap the "
+                 "other's softmax; 8-9% slower than cuda-sm120-w32 on the H200, docs/results/cuda-schedules.md",
                  [] { return cuda::makeSm120PingPongDesign(false); }, /*experimental=*/true);
   registerDesign("cuda-flat",
                  "CUDA baseline with SGLang's Triton extend-kernel structure: block per (request, head, "

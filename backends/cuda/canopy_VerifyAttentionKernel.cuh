@@ -76,20 +76,12 @@ __device__ __forceinline__ void namedBarrier(int id, int count)
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
-/// Arrives at named barrier \p id (of \p count threads) without waiting for it to complete.
-__device__ __forceinline__ void namedBarrierArrive(int id, int count)
-{
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-
 /// Barrier ids of the tile kernels: 0 is __syncthreads (the whole CTA); row group rg exchanges its
-/// partial score tiles on kRowGroupBarrier + rg (rg < 4), among its own warps only. The decoupled
-/// 32-row tile starts its second row group half a step behind the first on kStaggerBarrier.
+/// partial score tiles on kRowGroupBarrier + rg, among its own warps only.
 enum BarrierId : int
 {
   kCtaBarrier = 0,
   kRowGroupBarrier = 1,
-  kStaggerBarrier = 5,
 };
 
 // mbarrier (sm_80): a shared 64-bit barrier whose phase completes after `count` arrivals.

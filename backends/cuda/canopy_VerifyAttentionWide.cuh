@@ -401,8 +401,6 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
           issueHalf(k + 2 + rg);
         if constexpr (decltype(moves)::value)
           advanceVisibility<Cfg>(p, sm, k);  // CTA-wide: both groups are at step k
-        if (k == 0 && rg == 1)
-          namedBarrier(kStaggerBarrier, Cfg::THREADS);  // start half a step behind group 0
         if constexpr (VALID)
         {
           if (more)
@@ -411,12 +409,8 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
           rowGroupBarrier(rg, Cfg::GROUP_THREADS);
           if (more)
             storePartials(s);
-          if (k == 0 && rg == 0)
-            namedBarrierArrive(kStaggerBarrier, Cfg::THREADS);
           accumulatePV(stageAddr(k), 0);
         }
-        else if (k == 0 && rg == 0)
-          namedBarrierArrive(kStaggerBarrier, Cfg::THREADS);
         stages.release(k);
         rowGroupBarrier(rg, Cfg::GROUP_THREADS);
       }
