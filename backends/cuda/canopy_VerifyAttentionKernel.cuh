@@ -169,16 +169,16 @@ struct SoftmaxState
     return alpha;
   }
 
-  /// Merges the state (\p mo, \p lo) of another part of the row's keys, exactly: sets \p wa and
-  /// \p wb, the weights of this state's accumulated outputs and of the other part's, relative to
-  /// the merged m. A part with mo = -inf (no visible key) must be skipped by the caller.
-  __device__ __forceinline__ void merge(float mo, float lo, float &wa, float &wb)
+  /// Merges a part of the row's keys, given by its lse \p x (a split's partial: its O normalised by
+  /// its own sum), into this state, whose m must already be the max over all parts (the combine's
+  /// first pass sets it, so the weights of the second pass do not depend on each other): returns
+  /// the part's weight 2^(x - m) and adds it to l. A part with x = -inf (no visible key) must be
+  /// skipped by the caller.
+  __device__ __forceinline__ float mergePart(float x)
   {
-    float const mnew = fmaxf(m, mo);
-    wa = m == NEG_INF ? 0.f : exp2f(m - mnew);
-    wb = exp2f(mo - mnew);
-    l = l * wa + lo * wb;
-    m = mnew;
+    float const w = exp2f(x - m);
+    l += w;
+    return w;
   }
 
   __device__ __forceinline__ float lse() const { return m + log2f(l); }

@@ -36,8 +36,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm120WideKernel(VerifyParams 
 }
 
 /// One block per (node, head) row, COMBINE_COLS output columns per thread: the splits' partials
-/// merged through SoftmaxState (weights 2^(lse_s - max) over the splits seen so far). Rows past the
-/// live sum T (read from qo_indptr at run time) exit.
+/// merged through SoftmaxState (weights 2^(lse_s - max) over the splits). Rows past the live sum T
+/// (read from qo_indptr at run time) exit.
 constexpr int COMBINE_COLS = 4;
 constexpr int COMBINE_THREADS = D_V / COMBINE_COLS;
 template <class PartialT>
@@ -56,36 +56,32 @@ __global__ void __launch_bounds__(COMBINE_THREADS) combineKernel(VerifyParams co
   }
   int const ns = p.nsplit;
   float const *lse = p.partial_lse + row * ns;
-  // The splits merged one at a time into the row's softmax state: each split's partial is its O
-  // normalised by its own sum, i.e. a part with state (lse, 1).
+  // The splits merged into the row's softmax state: m first (the max lse), then each split's weight.
   SoftmaxState st;
+  for (int s = 0; s < ns; ++s)
+    st.m = fmaxf(st.m, lse[s]);
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
   for (int s = 0; s < ns; ++s)
   {
     float const ls = lse[s];
     if (ls == NEG_INF)
       continue;  // empty split: its O was never written
-    float wa, w;
-    st.merge(ls, 1.f, wa, w);
+    float const w = st.mergePart(ls);
     PartialT const *src = static_cast<PartialT const *>(p.partial_o) + (row * ns + s) * D_V + c;
-    float v[4];
     if constexpr (sizeof(PartialT) == 4)
     {
-      float4 const f = *reinterpret_cast<float4 const *>(src);
-      v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+      float4 const v = *reinterpret_cast<float4 const *>(src);
+      acc[0] += w * v.x, acc[1] += w * v.y, acc[2] += w * v.z, acc[3] += w * v.w;
     }
     else
     {
       uint2 const raw = *reinterpret_cast<uint2 const *>(src);
       float2 const a = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const *>(&raw.x));
       float2 const bb = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const *>(&raw.y));
-      v[0] = a.x, v[1] = a.y, v[2] = bb.x, v[3] = bb.y;
+      acc[0] += w * a.x, acc[1] += w * a.y, acc[2] += w * bb.x, acc[3] += w * bb.y;
     }
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      acc[i] = acc[i] * wa + w * v[i];
   }
-  float const inv = 1.f / st.l;  // 0 visible keys cannot happen (a node sees itself); 1/0 = inf, x 0 = NaN if it did
+  float const inv = 1.f / st.l;  // 0 visible keys cannot happen (a node sees itself); 0/0 = NaN if it did
   *reinterpret_cast<uint2 *>(orow) =
       make_uint2(packBf16(acc[0] * inv, acc[1] * inv), packBf16(acc[2] * inv, acc[3] * inv));
 }
