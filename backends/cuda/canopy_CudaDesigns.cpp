@@ -29,8 +29,6 @@ struct CudaKernel
 };
 CudaKernel const SM120{"cuda-sm120", "launchVerifySm120", launchVerifySm120, sm120SharedBytes, true};
 CudaKernel const SM120_WIDE{"cuda-sm120-w32", "launchVerifySm120Wide", launchVerifySm120Wide, sm120WideSharedBytes, true};
-CudaKernel const SM120_PP{"cuda-sm120-pp", "launchVerifySm120PingPong", launchVerifySm120PingPong,
-                          sm120PingPongSharedBytes, true};
 CudaKernel const FLAT{"cuda-flat", "launchVerifyFlat", launchVerifyFlat, flatSharedBytes, false};
 
 class CudaVerifyDesign final : public Design
@@ -212,10 +210,6 @@ DesignPtr makeSm120WideDesign(bool partial_bf16)
 {
   return std::make_unique<CudaVerifyDesign>(SM120_WIDE, partial_bf16);
 }
-DesignPtr makeSm120PingPongDesign(bool partial_bf16)
-{
-  return std::make_unique<CudaVerifyDesign>(SM120_PP, partial_bf16);
-}
 DesignPtr makeFlatDesign() { return std::make_unique<CudaVerifyDesign>(FLAT, false); }
 } // namespace cuda
 
@@ -234,11 +228,6 @@ void registerCudaDesigns()
                  "4-warp score exchange and a softmax step per 16 keys (experimental: 5-9% slower than cuda-sm120 "
                  "on the H200, docs/results/cuda-h200.md; kept to compare on other GPUs)",
                  [] { return cuda::makeSm120WideDesign(false); }, /*experimental=*/true);
-  registerDesign("cuda-sm120-pp",
-                 "cuda-sm120-w32 with its two row groups decoupled (experimental): 4 cp.async stages of 16 keys "
-                 "published and released by mbarriers instead of CTA-wide barriers, so one group's mma can overlap the "
-                 "other's softmax; 8-9% slower than cuda-sm120-w32 on the H200, docs/results/cuda-schedules.md",
-                 [] { return cuda::makeSm120PingPongDesign(false); }, /*experimental=*/true);
   registerDesign("cuda-flat",
                  "CUDA baseline with SGLang's Triton extend-kernel structure: block per (request, head, "
                  "32-node tile), whole prefix serially, K and V loaded separately",

@@ -12,8 +12,6 @@ namespace canopy::cuda
 DesignPtr makeSm120Design(bool partial_bf16 = false);
 /// \brief cuda-sm120-w32: the 32-rows-per-warp tile, same options as cuda-sm120.
 DesignPtr makeSm120WideDesign(bool partial_bf16 = false);
-/// \brief cuda-sm120-pp: the 32-rows-per-warp tile with decoupled row groups, same options as cuda-sm120.
-DesignPtr makeSm120PingPongDesign(bool partial_bf16 = false);
 /// \brief cuda-flat (never splits, so it has no partials).
 DesignPtr makeFlatDesign();
 

@@ -88,7 +88,6 @@ size_t verifyWorkspaceBytes(int64_t rows, int nsplit, bool partial_bf16);
 /// \brief Dynamic shared memory per block of each kernel; both are <= SMEM_LIMIT on every GPU.
 size_t sm120SharedBytes();
 size_t sm120WideSharedBytes();
-size_t sm120PingPongSharedBytes();
 size_t flatSharedBytes();
 /// The sm_120 per-block opt-in limit (99 KB), enforced on every GPU, the H200 included.
 constexpr size_t SMEM_LIMIT = 99 * 1024;
@@ -111,11 +110,6 @@ cudaError_t launchVerifySm120(VerifyParams const &p, cudaStream_t stream);
 /// price of a partial-score exchange over 4 warps and a softmax step per 16 keys. Same params and
 /// workspace as cuda-sm120. Enqueue only.
 cudaError_t launchVerifySm120Wide(VerifyParams const &p, cudaStream_t stream);
-
-/// \brief cuda-sm120-pp: the w32 tile with its two row groups decoupled: 4 stages of 16 keys
-/// published and released by mbarriers instead of CTA-wide barriers, so one group's mma can issue
-/// while the other waits on its softmax. Same params and workspace as cuda-sm120. Enqueue only.
-cudaError_t launchVerifySm120PingPong(VerifyParams const &p, cudaStream_t stream);
 
 /// \brief cuda-flat: SGLang Triton extend-kernel structure: one block per (request, head, 32-node
 /// query tile), whole prefix walked serially, K and V tiles loaded separately. nsplit is ignored.

@@ -84,40 +84,6 @@ enum BarrierId : int
   kRowGroupBarrier = 1,
 };
 
-// mbarrier (sm_80): a shared 64-bit barrier whose phase completes after `count` arrivals.
-__device__ __forceinline__ void mbarInit(uint32_t bar, int count)
-{
-  asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-
-/// One arrival (release semantics: the caller's earlier shared-memory reads are done).
-__device__ __forceinline__ void mbarArrive(uint32_t bar)
-{
-  asm volatile("{\n .reg .b64 state;\n mbarrier.arrive.shared.b64 state, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-
-/// One arrival once all cp.async the calling thread issued so far have landed; the barrier's count
-/// includes it (noinc).
-__device__ __forceinline__ void cpAsyncMbarArrive(uint32_t bar)
-{
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-
-/// Waits until the phase of parity \p parity has completed (acquire semantics). try_wait (sm_90,
-/// sm_120) suspends the warp for a while instead of spinning, so a waiting warp leaves the issue
-/// slots to the other warp of its scheduler.
-__device__ __forceinline__ void mbarWait(uint32_t bar, uint32_t parity)
-{
-  uint32_t done;
-  do
-  {
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-  } while (!done);
-}
-
 /// Row group \p rg's exchange barrier; \p threads counts its warps' threads.
 __device__ __forceinline__ void rowGroupBarrier(int rg, int threads) { namedBarrier(kRowGroupBarrier + rg, threads); }
 

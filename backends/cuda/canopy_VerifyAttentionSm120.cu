@@ -29,10 +29,10 @@ __global__ void __launch_bounds__(Sm120Config::THREADS, 1) sm120Kernel(VerifyPar
   verifyTile<Sm120Config, PartialT>(p, blockIdx.y, mt, split, 0);
 }
 
-template <class Cfg, class PartialT>
-__global__ void __launch_bounds__(Cfg::THREADS, 1) sm120WideKernel(VerifyParams const p, int m_tiles)
+template <class PartialT>
+__global__ void __launch_bounds__(WideConfig::THREADS, 1) sm120WideKernel(VerifyParams const p, int m_tiles)
 {
-  verifyTileWide<Cfg, PartialT>(p, blockIdx.y, blockIdx.x % m_tiles, blockIdx.x / m_tiles);
+  verifyTileWide<PartialT>(p, blockIdx.y, blockIdx.x % m_tiles, blockIdx.x / m_tiles);
 }
 
 /// One block per (node, head) row, COMBINE_COLS output columns per thread: the splits' partials
@@ -99,8 +99,7 @@ size_t verifyWorkspaceBytes(int64_t rows, int nsplit, bool partial_bf16)
 }
 
 size_t sm120SharedBytes() { return Impl::Sm120Config::SMEM_BYTES; }
-size_t sm120WideSharedBytes() { return Impl::LockstepWideConfig::SMEM_BYTES; }
-size_t sm120PingPongSharedBytes() { return Impl::DecoupledWideConfig::SMEM_BYTES; }
+size_t sm120WideSharedBytes() { return Impl::WideConfig::SMEM_BYTES; }
 
 cudaError_t prepareVerifyKernels()
 {
@@ -113,13 +112,8 @@ cudaError_t prepareVerifyKernels()
     };
     status = allow(reinterpret_cast<void const *>(Impl::sm120Kernel<float>), Impl::Sm120Config::SMEM_BYTES);
     status = allow(reinterpret_cast<void const *>(Impl::sm120Kernel<__nv_bfloat16>), Impl::Sm120Config::SMEM_BYTES);
-    auto allowWide = [&](auto cfg) {
-      using Cfg = decltype(cfg);
-      status = allow(reinterpret_cast<void const *>(Impl::sm120WideKernel<Cfg, float>), Cfg::SMEM_BYTES);
-      status = allow(reinterpret_cast<void const *>(Impl::sm120WideKernel<Cfg, __nv_bfloat16>), Cfg::SMEM_BYTES);
-    };
-    allowWide(Impl::LockstepWideConfig{});
-    allowWide(Impl::DecoupledWideConfig{});
+    status = allow(reinterpret_cast<void const *>(Impl::sm120WideKernel<float>), Impl::WideConfig::SMEM_BYTES);
+    status = allow(reinterpret_cast<void const *>(Impl::sm120WideKernel<__nv_bfloat16>), Impl::WideConfig::SMEM_BYTES);
     if (status == cudaSuccess)
       status = Impl::prepareFlat();
   });
@@ -194,13 +188,6 @@ cudaError_t launchVerifySm120(VerifyParams const &p, cudaStream_t stream)
 
 cudaError_t launchVerifySm120Wide(VerifyParams const &p, cudaStream_t stream)
 {
-  using Cfg = Impl::LockstepWideConfig;
-  return launchSplit<Cfg>(p, stream, Impl::sm120WideKernel<Cfg, float>, Impl::sm120WideKernel<Cfg, __nv_bfloat16>);
-}
-
-cudaError_t launchVerifySm120PingPong(VerifyParams const &p, cudaStream_t stream)
-{
-  using Cfg = Impl::DecoupledWideConfig;
-  return launchSplit<Cfg>(p, stream, Impl::sm120WideKernel<Cfg, float>, Impl::sm120WideKernel<Cfg, __nv_bfloat16>);
+  return launchSplit<Impl::WideConfig>(p, stream, Impl::sm120WideKernel<float>, Impl::sm120WideKernel<__nv_bfloat16>);
 }
 } // namespace canopy::cuda

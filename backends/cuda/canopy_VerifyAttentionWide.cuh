@@ -33,18 +33,8 @@
 
 namespace canopy::cuda::Impl
 {
-/// The 32-row tile's configuration. DECOUPLED selects the schedule:
-/// - false (cuda-sm120-w32): 2 stages of 32 keys, the whole CTA in lockstep (two __syncthreads per
-///   tile, every thread issues a share of every copy);
-/// - true (cuda-sm120-pp): 4 stages of 16 keys and no CTA-wide barrier in the KV loop, so the two
-///   row groups run apart and each scheduler can issue one group's mma while the other group's warp
-///   waits on its softmax or its exchange barrier. A stage is published by an mbarrier that counts
-///   the cp.async of all 256 threads (cp.async.mbarrier.arrive.noinc, sm_80) and released by one
-///   that counts the 8 warps that have finished their P.V on it (DecoupledStages).
-template <bool DECOUPLED_>
 struct WideConfig
 {
-  static constexpr bool DECOUPLED = DECOUPLED_;
   static constexpr int ROW_GROUPS = 2;  ///< of 32 rows
   static constexpr int QUARTERS = 4;    ///< warps per row group
   static constexpr int WARPS = ROW_GROUPS * QUARTERS;
@@ -52,8 +42,8 @@ struct WideConfig
   static constexpr int GROUP_THREADS = 32 * QUARTERS;  ///< threads of a row group (its named barrier)
   static constexpr int M_TILE = 32 * ROW_GROUPS;
   static constexpr int HALF = 16;                      ///< keys per softmax step
-  static constexpr int N_TILE = DECOUPLED ? HALF : 2 * HALF;  ///< keys per cp.async stage
-  static constexpr int STAGES = DECOUPLED ? 4 : 2;            ///< stages in the K/V ring
+  static constexpr int N_TILE = 2 * HALF;  ///< keys per cp.async stage
+  static constexpr int STAGES = 2;         ///< stages in the K/V ring
   static constexpr int KSTEPS = D_QK / 16 / QUARTERS;  ///< k16 steps of Q per warp (9: 144 dims)
   static constexpr int NBLK = D_V / 8 / QUARTERS;      ///< 8-column blocks of O per warp (16: 128 columns)
   static constexpr bool FOLD_HEADS = true;
@@ -72,7 +62,6 @@ struct WideConfig
   static constexpr int VIS_WORDS = VIS_BYTES / 8;
   static constexpr int RING_BYTES = STAGES * N_TILE * 8;  ///< slot indices, one entry per stage
   static constexpr int INFO_BYTES = 128;
-  static constexpr int MBAR_BYTES = DECOUPLED ? 2 * STAGES * 8 : 0;  ///< full[STAGES], empty[STAGES]
   /// The shared-memory plan, in this order.
   struct Smem
   {
@@ -84,17 +73,14 @@ struct WideConfig
     static constexpr SmemRegion vis = stats.next(VIS_BYTES);      ///< visibility window words
     static constexpr SmemRegion ring = vis.next(RING_BYTES);      ///< slot indices
     static constexpr SmemRegion info = ring.next(INFO_BYTES);     ///< TileInfo
-    static constexpr SmemRegion mbar = info.next(MBAR_BYTES);     ///< stage mbarriers (DECOUPLED)
   };
-  static constexpr int SMEM_BYTES = Smem::mbar.end();
-  static_assert(fitsSm120(Smem::mbar), "tile exceeds the sm_120 99 KB shared-memory limit");
+  static constexpr int SMEM_BYTES = Smem::info.end();
+  static_assert(fitsSm120(Smem::info), "tile exceeds the sm_120 99 KB shared-memory limit");
   static_assert(KV_BYTES >= M_TILE * KV_ROW_BYTES, "the K/V ring stages the Q tile once");
   static_assert(sizeof(TileInfo) <= INFO_BYTES, "TileInfo");
   static_assert(VIS_WORDS >= MAX_TILE_NODES, "every tile node needs one 64-bit word (a 32-key tile window)");
   static_assert(D_QK % (16 * QUARTERS) == 0 && D_V % (8 * QUARTERS) == 0, "the quarters split Q.K^T and P.V evenly");
 };
-using LockstepWideConfig = WideConfig<false>;
-using DecoupledWideConfig = WideConfig<true>;
 
 /// Runs \p loop(std::true_type) when the visibility window moves during the KV loop (windowMoves),
 /// else \p loop(std::false_type), a copy of the loop without rebuild code. CTA-uniform. For this tile
@@ -109,49 +95,10 @@ __device__ __forceinline__ void withWindowLoop(TileInfo const volatile *info, Lo
     loop(std::false_type{});
 }
 
-/// The stage protocol of the decoupled schedule. Stage s (N_TILE keys) lives in ring slot
-/// s % STAGES and is that slot's (s / STAGES)-th use, so both its barriers are in the phase of
-/// parity (s / STAGES) & 1:
-/// - full[slot] completes when the copies of all THREADS threads have landed: each thread arrives
-///   once per stage through cp.async.mbarrier.arrive.noinc, after issuing its share (possibly none);
-/// - empty[slot] completes when all WARPS warps have finished reading the stage (their P.V), which
-///   the next copy into the slot waits for.
-template <class Cfg>
-struct DecoupledStages
-{
-  uint32_t full;  ///< shared address of full[0]; empty[i] follows full[STAGES - 1]
-  static constexpr int S = Cfg::STAGES;
-
-  __device__ __forceinline__ uint32_t emptyBar(int s) const { return full + (S + s % S) * 8; }
-  __device__ __forceinline__ void init() const
-  {
-    if (threadIdx.x == 0)
-      for (int i = 0; i < S; ++i)
-      {
-        mbarInit(full + i * 8, Cfg::THREADS);
-        mbarInit(emptyBar(i), Cfg::WARPS);
-      }
-  }
-  __device__ __forceinline__ void arriveFull(int s) const { cpAsyncMbarArrive(full + (s % S) * 8); }
-  __device__ __forceinline__ void waitFull(int s) const { mbarWait(full + (s % S) * 8, (s / S) & 1); }
-  /// Called by every lane of a warp once the warp is done with stage s.
-  __device__ __forceinline__ void release(int s) const
-  {
-    __syncwarp();
-    if ((threadIdx.x & 31) == 0)
-      mbarArrive(emptyBar(s));
-  }
-  /// Before the first copy into stage s's slot: the stage that used it before (s - STAGES) is released.
-  __device__ __forceinline__ void waitEmpty(int s) const
-  {
-    if (s >= S)
-      mbarWait(emptyBar(s), (s / S - 1) & 1);
-  }
-};
-
-template <class Cfg, class PartialT>
+template <class PartialT>
 __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int mt, int split)
 {
+  using Cfg = WideConfig;
   constexpr int M_TILE = Cfg::M_TILE;
   constexpr int N_TILE = Cfg::N_TILE;
   constexpr int KVB = Cfg::KV_ROW_BYTES;
@@ -176,9 +123,6 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
   TileSmem const sm{vis, ring, info_w};
   TileSetup st;
   uint32_t const kv_base = smemAddr(smemAt<unsigned char>(smem, Smem::kv));
-  DecoupledStages<Cfg> const stages{kv_base + Smem::mbar.offset};
-  if constexpr (Cfg::DECOUPLED)
-    stages.init();  // published by beginTile's __syncthreads
   if (!beginTile<Cfg>(p, b, mt, split, 0, kv_base, sm, st))
     return;
 
@@ -324,198 +268,96 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
     }
   };
 
-  if constexpr (Cfg::DECOUPLED)
+  // Schedule. Half h's softmax and the next half's Q.K^T are one straight-line block, so the
+  // warp's HMMAs run while it reduces and exponentiates (the 16-row tile overlaps nothing: its
+  // ablations add up, docs/results/cuda-h200.md). Per tile j (stage j & 1):
+  //   [QK(j, 1) | softmax(j, 0)]  barrier B  store QK(j, 1)  PV(j, 0)
+  //   wait for tile j + 1; __syncthreads (tile j + 1 visible; partials of (j, 1) stored)
+  //   [QK(j + 1, 0) | softmax(j, 1)]  barrier B  store QK(j + 1, 0)  PV(j, 1)
+  //   __syncthreads (stage j & 1 free; partials of (j + 1, 0) stored); issue tile j + 2 into it.
+  // The partials of a half are stored only after barrier B of the half before: by then every
+  // reducer has read the previous partials, so one 16 KB buffer suffices.
+  int const ntiles = st.ntiles;
+  ld.loadFirstIndices();
+  __syncthreads();
+  ld.template issueRows<Cfg::QK_CHUNKS, KVB>(0, kv_base);
+  if (ntiles > 1)
+    ld.issueIndices(1);
+  cpAsyncCommit();
+  cpAsyncWait<0>();
+  __syncthreads();
+  if (ntiles > 1)
   {
-    // Schedule per row group, step k (16 keys, stage k):
-    //   wait full(k + 1); issue this group's half of stage k + 2 + rg
-    //   [QK(k + 1) | softmax(k)]  barrier B  store QK(k + 1)  PV(k)  release stage k  barrier A
-    // Only the group's 4 warps meet at A and B. Group 0 issues its half of a stage two steps ahead,
-    // group 1 three steps ahead (each finds the stage's slot released by both groups by then, and
-    // the slot indices it needs copied with the stage before); see DecoupledStages.
-    int const nsteps = st.ntiles;
-    int const gt = tid & (Cfg::GROUP_THREADS - 1);
-    auto stageAddr = [&](int stage) { return kv_base + (stage % Cfg::STAGES) * Cfg::KV_STAGE_BYTES; };
-    // This group's half of stage s: rows [8 rg, +8) (column gt % 64 of rows gt / 64 + 2 i, and the
-    // rope chunk gt % 8 of row gt / 8 for gt < 64); group 0 also copies the slot indices of stage
-    // s + 2. Zero-filled past the split.
-    auto issueHalf = [&](int stage) {
-      stages.waitEmpty(stage);
-      int const pos0 = info->s0 + stage * N_TILE;
-      int const rows = info->s1 - pos0;
-      int64_t const *slots = ring + (stage % Cfg::STAGES) * N_TILE;
-      uint32_t const dst = stageAddr(stage);
-      auto copy = [&](int r, int ch) {
-        bool const ok = r < rows;
-        void const *src = reinterpret_cast<char const *>(p.kv_pool) +
-                          static_cast<uint64_t>(static_cast<uint32_t>(ok ? slots[r] : 0)) *
-                              static_cast<uint32_t>(2 * p.kv_row_stride) +
-                          ch * 16;
-        cpAsync16(dst + r * KVB + ch * 16, src, ok);
-      };
-      constexpr int HALF_ROWS = N_TILE / Cfg::ROW_GROUPS;
-      constexpr int ROW_STEP = Cfg::GROUP_THREADS / 64;
-#pragma unroll
-      for (int i = 0; i < HALF_ROWS / ROW_STEP; ++i)
-        copy(rg * HALF_ROWS + gt / 64 + i * ROW_STEP, gt % 64);
-      if (gt < HALF_ROWS * 8)
-        copy(rg * HALF_ROWS + gt / 8, 64 + gt % 8);
-      if (rg == 0 && gt < N_TILE && stage + 2 < nsteps)
+    ld.template issueRows<Cfg::QK_CHUNKS, KVB>(1, kv_base + Cfg::KV_STAGE_BYTES);
+    if (ntiles > 2)
+      ld.issueIndices(2);
+  }
+  cpAsyncCommit();
+  float s[2][2][4];
+  if (rg_valid)
+  {
+    partialScores(s, kv_base, 0);
+    storePartials(s);
+  }
+  __syncthreads();
+  // Idle row groups run their own copy of the tile loop (same copies and barriers, no compute), so
+  // the compute loop has no branch around its halves: branches there measured 1.3% slower.
+  auto tileLoop = [&](auto valid, auto moves) {
+    constexpr bool VALID = decltype(valid)::value;
+    for (int j = 0; j < ntiles; ++j)
+    {
+      // After the __syncthreads that ended tile j - 1 (every softmax of it done).
+      if constexpr (decltype(moves)::value)
+        advanceVisibility<Cfg>(p, sm, j);
+      uint32_t const buf = kv_base + (j & 1) * Cfg::KV_STAGE_BYTES;
+      uint32_t const next = kv_base + ((j + 1) & 1) * Cfg::KV_STAGE_BYTES;
+      int const col0 = info->s0 + j * N_TILE;
+      bool const second = col0 + Cfg::HALF < info->s1;  // CTA-uniform
+      bool const more = j + 1 < ntiles;
+      if constexpr (VALID)
       {
-        int const pos = pos0 + 2 * N_TILE + gt;
-        bool const ok = pos < info->s1;
-        cpAsync8(smemAddr(ring) + (((stage + 2) % Cfg::STAGES) * N_TILE + gt) * 8, ld.indexPtr(ok ? pos : info->s0),
-                 ok);
-      }
-      stages.arriveFull(stage);
-    };
-    // Slot indices of stages 0 and 1 by plain loads; every later stage's come with the stage two
-    // before it.
-    if (tid < 2 * N_TILE)
-    {
-      int const pos = info->s0 + tid;
-      ring[tid] = pos < info->s1 ? *ld.indexPtr(pos) : 0;
-    }
-    __syncthreads();
-    for (int stage = 0; stage < 2 + rg && stage < nsteps; ++stage)
-    {
-      if (stage == 2)
-        stages.waitFull(0);  // group 1's half of stage 2 needs the indices copied with stage 0
-      issueHalf(stage);
-    }
-    stages.waitFull(0);
-    float s[2][2][4];
-    if (rg_valid)
-    {
-      partialScores(s, stageAddr(0), 0);
-      storePartials(s);
-    }
-    rowGroupBarrier(rg, Cfg::GROUP_THREADS);
-    auto stepLoop = [&](auto valid, auto moves) {
-      constexpr bool VALID = decltype(valid)::value;
-      for (int k = 0; k < nsteps; ++k)
-      {
-        bool const more = k + 1 < nsteps;
-        if (more)
-          stages.waitFull(k + 1);
-        if (k + 2 + rg < nsteps)
-          issueHalf(k + 2 + rg);
-        if constexpr (decltype(moves)::value)
-          advanceVisibility<Cfg>(p, sm, k);  // CTA-wide: both groups are at step k
-        if constexpr (VALID)
-        {
-          if (more)
-            partialScores(s, stageAddr(k + 1), 0);
-          softmaxRows(info->s0 + k * N_TILE);
-          rowGroupBarrier(rg, Cfg::GROUP_THREADS);
-          if (more)
-            storePartials(s);
-          accumulatePV(stageAddr(k), 0);
-        }
-        stages.release(k);
+        if (second)
+          partialScores(s, buf, 1);
+        softmaxRows(col0);
         rowGroupBarrier(rg, Cfg::GROUP_THREADS);
+        if (second)
+          storePartials(s);
+        accumulatePV(buf, 0);
       }
-    };
-    withWindowLoop(info, [&](auto moves) {
-      if (rg_valid)
-        stepLoop(std::true_type{}, moves);
       else
-        stepLoop(std::false_type{}, moves);
-    });
-  }
-  else
-  {
-    // Schedule. Half h's softmax and the next half's Q.K^T are one straight-line block, so the
-    // warp's HMMAs run while it reduces and exponentiates (the 16-row tile overlaps nothing: its
-    // ablations add up, docs/results/cuda-h200.md). Per tile j (stage j & 1):
-    //   [QK(j, 1) | softmax(j, 0)]  barrier B  store QK(j, 1)  PV(j, 0)
-    //   wait for tile j + 1; __syncthreads (tile j + 1 visible; partials of (j, 1) stored)
-    //   [QK(j + 1, 0) | softmax(j, 1)]  barrier B  store QK(j + 1, 0)  PV(j, 1)
-    //   __syncthreads (stage j & 1 free; partials of (j + 1, 0) stored); issue tile j + 2 into it.
-    // The partials of a half are stored only after barrier B of the half before: by then every
-    // reducer has read the previous partials, so one 16 KB buffer suffices.
-    int const ntiles = st.ntiles;
-    ld.loadFirstIndices();
-    __syncthreads();
-    ld.template issueRows<Cfg::QK_CHUNKS, KVB>(0, kv_base);
-    if (ntiles > 1)
-      ld.issueIndices(1);
-    cpAsyncCommit();
-    cpAsyncWait<0>();
-    __syncthreads();
-    if (ntiles > 1)
-    {
-      ld.template issueRows<Cfg::QK_CHUNKS, KVB>(1, kv_base + Cfg::KV_STAGE_BYTES);
-      if (ntiles > 2)
-        ld.issueIndices(2);
-    }
-    cpAsyncCommit();
-    float s[2][2][4];
-    if (rg_valid)
-    {
-      partialScores(s, kv_base, 0);
-      storePartials(s);
-    }
-    __syncthreads();
-    // Idle row groups run their own copy of the tile loop (same copies and barriers, no compute), so
-    // the compute loop has no branch around its halves: branches there measured 1.3% slower.
-    auto tileLoop = [&](auto valid, auto moves) {
-      constexpr bool VALID = decltype(valid)::value;
-      for (int j = 0; j < ntiles; ++j)
+        idleRowGroupBarrier(rg, Cfg::GROUP_THREADS);
+      if (!second)
+        break;  // the split's last keys were in half 0 (no tile follows)
+      cpAsyncWait<0>();
+      __syncthreads();
+      if constexpr (VALID)
       {
-        // After the __syncthreads that ended tile j - 1 (every softmax of it done).
-        if constexpr (decltype(moves)::value)
-          advanceVisibility<Cfg>(p, sm, j);
-        uint32_t const buf = kv_base + (j & 1) * Cfg::KV_STAGE_BYTES;
-        uint32_t const next = kv_base + ((j + 1) & 1) * Cfg::KV_STAGE_BYTES;
-        int const col0 = info->s0 + j * N_TILE;
-        bool const second = col0 + Cfg::HALF < info->s1;  // CTA-uniform
-        bool const more = j + 1 < ntiles;
-        if constexpr (VALID)
-        {
-          if (second)
-            partialScores(s, buf, 1);
-          softmaxRows(col0);
-          rowGroupBarrier(rg, Cfg::GROUP_THREADS);
-          if (second)
-            storePartials(s);
-          accumulatePV(buf, 0);
-        }
-        else
-          idleRowGroupBarrier(rg, Cfg::GROUP_THREADS);
-        if (!second)
-          break;  // the split's last keys were in half 0 (no tile follows)
-        cpAsyncWait<0>();
-        __syncthreads();
-        if constexpr (VALID)
-        {
-          if (more)
-            partialScores(s, next, 0);
-          softmaxRows(col0 + Cfg::HALF);
-          rowGroupBarrier(rg, Cfg::GROUP_THREADS);
-          if (more)
-            storePartials(s);
-          accumulatePV(buf, 1);
-        }
-        else
-          idleRowGroupBarrier(rg, Cfg::GROUP_THREADS);
-        __syncthreads();
-        if (j + 2 < ntiles)
-        {
-          ld.template issueRows<Cfg::QK_CHUNKS, KVB>(j + 2, buf);
-          if (j + 3 < ntiles)
-            ld.issueIndices(j + 3);
-        }
-        cpAsyncCommit();
+        if (more)
+          partialScores(s, next, 0);
+        softmaxRows(col0 + Cfg::HALF);
+        rowGroupBarrier(rg, Cfg::GROUP_THREADS);
+        if (more)
+          storePartials(s);
+        accumulatePV(buf, 1);
       }
-    };
-    withWindowLoop(info, [&](auto moves) {
-      if (rg_valid)
-        tileLoop(std::true_type{}, moves);
       else
-        tileLoop(std::false_type{}, moves);
-    });
-
-  }
+        idleRowGroupBarrier(rg, Cfg::GROUP_THREADS);
+      __syncthreads();
+      if (j + 2 < ntiles)
+      {
+        ld.template issueRows<Cfg::QK_CHUNKS, KVB>(j + 2, buf);
+        if (j + 3 < ntiles)
+          ld.issueIndices(j + 3);
+      }
+      cpAsyncCommit();
+    }
+  };
+  withWindowLoop(info, [&](auto moves) {
+    if (rg_valid)
+      tileLoop(std::true_type{}, moves);
+    else
+      tileLoop(std::false_type{}, moves);
+  });
 
   if (!rg_valid)
     return;

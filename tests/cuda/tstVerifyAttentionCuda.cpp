@@ -100,9 +100,6 @@ std::vector<Variant> cudaVariants(int nsplit)
       {"cuda-sm120-w32 f32", [] { return cuda::makeSm120WideDesign(false); }, nsplit},
       {"cuda-sm120-w32 bf16", [] { return cuda::makeSm120WideDesign(true); }, nsplit},
       {"cuda-sm120-w32 direct", [] { return cuda::makeSm120WideDesign(false); }, 1},
-      {"cuda-sm120-pp f32", [] { return cuda::makeSm120PingPongDesign(false); }, nsplit},
-      {"cuda-sm120-pp bf16", [] { return cuda::makeSm120PingPongDesign(true); }, nsplit},
-      {"cuda-sm120-pp direct", [] { return cuda::makeSm120PingPongDesign(false); }, 1},
       {"cuda-flat", [] { return cuda::makeFlatDesign(); }, nsplit},
   };
   for (std::string const &n : kokkosDesignsOnCuda())
@@ -334,8 +331,6 @@ TEST(CudaDesigns, repeatedRunsAreBitIdentical)
                         {"cuda-sm120 direct", cuda::makeSm120Design(false), 1},
                         {"cuda-sm120-w32 split", cuda::makeSm120WideDesign(true), 5},
                         {"cuda-sm120-w32 direct", cuda::makeSm120WideDesign(false), 1},
-                        {"cuda-sm120-pp split", cuda::makeSm120PingPongDesign(true), 5},
-                        {"cuda-sm120-pp direct", cuda::makeSm120PingPongDesign(false), 1},
                         {"cuda-flat", cuda::makeFlatDesign(), 1}};
   for (auto &v : variants)
   {
@@ -399,7 +394,7 @@ TEST(CudaDesigns, planRejectsShapesTheKernelsCannotServe)
   b.max_tree = cuda::MAX_TREE + 1;
   b.max_nodes = b.max_tree;
   DesignPtr designs[] = {cuda::makeSm120Design(), cuda::makeSm120Design(true), cuda::makeSm120WideDesign(),
-                         cuda::makeSm120PingPongDesign(), cuda::makeFlatDesign()};
+                         cuda::makeFlatDesign()};
   for (DesignPtr const &d : designs)
   {
     try
@@ -449,7 +444,6 @@ TEST(CudaDesigns, launcherRefusesBadParams)
   EXPECT_NE(cuda::verifyParamsProblem(p), nullptr);
   EXPECT_EQ(cuda::launchVerifySm120(p, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(cuda::launchVerifySm120Wide(p, nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(cuda::launchVerifySm120PingPong(p, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(cuda::launchVerifyFlat(p, nullptr), cudaErrorInvalidValue);
 }
 
@@ -458,7 +452,6 @@ TEST(CudaDesigns, sharedMemoryWithinTheSm120Limit)
   // Enforced at compile time too (static_assert); this keeps the number visible in test output.
   EXPECT_LE(cuda::sm120SharedBytes(), size_t{99} * 1024);
   EXPECT_LE(cuda::sm120WideSharedBytes(), size_t{99} * 1024);
-  EXPECT_LE(cuda::sm120PingPongSharedBytes(), size_t{99} * 1024);
   EXPECT_LE(cuda::flatSharedBytes(), size_t{99} * 1024);
 }
 
@@ -473,9 +466,6 @@ TEST(CudaDesigns, registeredByName)
   EXPECT_EQ(makeDesign("cuda-sm120-w32")->name(), "cuda-sm120-w32");
   auto const all = designNames(true);
   EXPECT_NE(std::find(all.begin(), all.end(), "cuda-sm120-w32"), all.end());
-  EXPECT_EQ(std::find(names.begin(), names.end(), "cuda-sm120-pp"), names.end());
-  EXPECT_TRUE(designIsExperimental("cuda-sm120-pp"));
-  EXPECT_NE(std::find(all.begin(), all.end(), "cuda-sm120-pp"), all.end());
 }
 
 // ---- CUDA graphs -------------------------------------------------------------------------------
@@ -630,8 +620,6 @@ INSTANTIATE_TEST_SUITE_P(
                                 WorkspaceStrategy::kGrow, MaskLayout::kParents},
                       GraphCase{"w32_percall_parents", [] { return cuda::makeSm120WideDesign(); },
                                 WorkspaceStrategy::kPerCall, MaskLayout::kParents},
-                      GraphCase{"pp_grow_full", [] { return cuda::makeSm120PingPongDesign(); },
-                                WorkspaceStrategy::kGrow, MaskLayout::kFull},
                       GraphCase{"flat_persistent_parents", [] { return cuda::makeFlatDesign(); },
                                 WorkspaceStrategy::kPersistent, MaskLayout::kParents},
                       // The big-tree bucket: T up to 1024 in every layout and design.
@@ -641,8 +629,6 @@ INSTANTIATE_TEST_SUITE_P(
                                 WorkspaceStrategy::kGrow, MaskLayout::kParents, true},
                       GraphCase{"big_w32_percall_tree", [] { return cuda::makeSm120WideDesign(); },
                                 WorkspaceStrategy::kPerCall, MaskLayout::kTree, true},
-                      GraphCase{"big_pp_persistent_parents", [] { return cuda::makeSm120PingPongDesign(true); },
-                                WorkspaceStrategy::kPersistent, MaskLayout::kParents, true},
                       GraphCase{"big_flat_persistent_parents", [] { return cuda::makeFlatDesign(); },
                                 WorkspaceStrategy::kPersistent, MaskLayout::kParents, true},
                       // Kokkos designs on a Kokkos::Cuda instance made from the storage's stream.
