@@ -380,7 +380,8 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
       int64_t const gr = info->qo0 * p.num_heads + rr;
       float const inv = info->tree_too_big ? __int_as_float(0x7fc00000) : 1.f / st.y;
       storeRow<PartialT, Cfg::NBLK>(p, p.nsplit == 1, gr, info->split, q * Cfg::NBLK * 8 + t4 * 2, Cfg::NBLK, inv,
-                                    q == 0 && t4 == 0, SoftmaxState{st.x, st.y}, [&](int n, int e) { return o[m][n][h * 2 + e]; });
+                                    q == 0 && t4 == 0, SoftmaxState{st.x, st.y},
+                                    [&](int n, int e) { return o[m][n][h * 2 + e]; });
     }
 }
 } // namespace canopy::cuda::Impl
