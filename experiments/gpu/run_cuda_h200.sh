@@ -38,8 +38,11 @@ if [ "$mode" = checks ]; then
   # family (--kernel-name; "others" is every other kernel), because one process on a 1024-node case
   # ran past 480 s and the family parts take at most ~230 s. CANOPY_SANITIZER_JOBS processes run side
   # by side (default 12; the GPU machine has 16 cores), each under CANOPY_SANITIZER_TIMEOUT seconds
-  # (default 500); CANOPY_SANITIZER_CASES (an extended regex, default all) picks a subset.
+  # (default 500); CANOPY_SANITIZER_CASES (an extended regex, default all) picks a subset;
+  # CANOPY_SANITIZER_BUDGET (seconds, optional) bounds the whole sweep: parts still running then
+  # are cut, parts not started are listed as such, and the tables are written either way.
   source "$here/experiments/gpu/sanitize_case.sh"
+  sanitizer_deadline
   gtest_cases "$test_bin" | grep -E "${CANOPY_SANITIZER_CASES:-.}" > "$out/cases.txt"
   export test_bin out here
   export families="sm120Kernel sm120WideKernel flatKernel combineKernel"
@@ -56,11 +59,11 @@ if [ "$mode" = checks ]; then
   }
   export -f sanitize
   mapfile -t cases < "$out/cases.txt"
-  # The longest parts first (racecheck of the big trees), memcheck in the same pool.
-  { for c in $(grep -E "^BigTrees/" "$out/cases.txt") $(grep -vE "^BigTrees/" "$out/cases.txt"); do
+  # memcheck first (seconds per case), then racecheck, its longest parts (the big trees) first.
+  { sed 's/^/memcheck /' "$out/cases.txt"
+    for c in $(grep -E "^BigTrees/" "$out/cases.txt") $(grep -vE "^BigTrees/" "$out/cases.txt"); do
       for f in $families others; do echo "racecheck $c $f"; done
-    done
-    sed 's/^/memcheck /' "$out/cases.txt"; } |
+    done; } |
     xargs -P "${CANOPY_SANITIZER_JOBS:-12}" -L 1 bash -c 'sanitize "$0" "$1" "$2" >> "$out/$0-parts.txt"'
   cut -d'|' -f1,3- "$out/memcheck-parts.txt" | sed 's/  */ /g' | sort > "$out/memcheck.txt"
   # One racecheck row per case: the parts' hazards added up, the worst exit, the seconds added up.
@@ -74,7 +77,7 @@ if [ "$mode" = checks ]; then
       if ($3 ~ /^host-only/) host++
       else if (match($3, /[0-9]+ hazards displayed \([0-9]+ errors, [0-9]+ warnings\)/)) {
         split(substr($3, RSTART, RLENGTH), v, /[^0-9]+/); hz += v[1]; er += v[2]; wa += v[3] }
-      else cut = cut (cut == "" ? "" : ", ") $2 " (exit " $4 ")" }
+      else cut = cut (cut == "" ? "" : ", ") $2 ($4 == "-" ? " (not started)" : " (exit " $4 ")") }
     END { flush() }' > "$out/racecheck.txt"
   # The racecheck false positive that the tile kernels' idle row groups avoid (reproducer).
   for m in balanced unbalanced; do
@@ -90,9 +93,12 @@ if [ "$mode" = checks ]; then
     echo
     sed 's/^/    /' "$out/reproducer.txt"
   } > "$out/sanitizer.md"
-  printf 'sanitizers: %d cases; memcheck rows %d, non-zero exits (host-only cases aside): %d; racecheck rows %d, non-zero exits: %d\n' "${#cases[@]}" \
+  # A row is unfinished when a part was cut or not started (budget); its exit may still be 0.
+  printf 'sanitizers: %d cases; memcheck rows %d, non-zero exits (host-only cases aside): %d, unfinished: %d; racecheck rows %d, non-zero exits: %d, unfinished: %d\n' "${#cases[@]}" \
     "$(wc -l < "$out/memcheck.txt")" "$(awk -F' [|] ' '$3 != 0 && $2 !~ /^host-only/' "$out/memcheck.txt" | wc -l)" \
-    "$(wc -l < "$out/racecheck.txt")" "$(awk -F' [|] ' '$3 != 0 && $2 !~ /^host-only/' "$out/racecheck.txt" | wc -l)" | tee -a "$out/run.log"
+    "$(grep -cE '\| (none \(cut\)|not started)' "$out/memcheck.txt")" \
+    "$(wc -l < "$out/racecheck.txt")" "$(awk -F' [|] ' '$3 != 0 && $2 !~ /^host-only/' "$out/racecheck.txt" | wc -l)" \
+    "$(grep -cE '\| cut: ' "$out/racecheck.txt")" | tee -a "$out/run.log"
   cat "$out/reproducer.txt" | tee -a "$out/run.log"
   for arch in sm_90 sm_120; do
     echo "== SASS $arch: instruction counts per kernel" >> "$out/run.log"

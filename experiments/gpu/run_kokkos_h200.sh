@@ -15,7 +15,8 @@
 #   sanitize    : compute-sanitizer racecheck and memcheck, one process per tool and case (every
 #                 Cuda-typed Kokkos test, Kokkos design test and Kokkos graph case of the CUDA
 #                 suite), CANOPY_SANITIZER_JOBS side by side (14), CANOPY_SANITIZER_TIMEOUT s each
-#                 (130); racecheck.txt, memcheck.txt: binary case | summary | exit | seconds
+#                 (130), the whole sweep within CANOPY_SANITIZER_BUDGET s if set; racecheck.txt,
+#                 memcheck.txt: binary case | summary | exit | seconds
 #   serial      : the scaling config on the default build's canopy (CANOPY_SERIAL_BIN, Serial only)
 # Numbers from an H200 are an sm_90 proxy for the sm_120 design target.
 set -uo pipefail
@@ -55,6 +56,7 @@ for step in $steps; do
       }
       export -f rc
       source "$here/experiments/gpu/sanitize_case.sh"
+      sanitizer_deadline  # CANOPY_SANITIZER_BUDGET, as in run_cuda_h200.sh checks
       list() { gtest_cases "$cuda_bin/$1" | grep -E "$2" | sed "s|^|$1 |"; }
       { list canopy_Test_VerifyAttentionKokkos '/2\.'  # typed test 2 is Kokkos::Cuda
         list canopy_Test_KokkosDesigns .

@@ -6,11 +6,22 @@ gtest_cases() {
 }
 #   sanitize_case <tool> <timeout-s> <reports-file> <test-binary> <gtest-filter> [sanitizer args...]
 # prints "summary | exit | seconds". The summary is the tool's SUMMARY line, "host-only, no CUDA
-# call" for a case that makes no CUDA call (the tool has nothing to instrument), or "none (cut)".
-# A non-zero exit appends the case and its first 20 report lines to <reports-file>.
+# call" for a case that makes no CUDA call (the tool has nothing to instrument), "none (cut)", or
+# "not started (deadline)" (exit "-"). A non-zero exit appends the case and its first 20 report
+# lines to <reports-file>. CANOPY_SANITIZER_DEADLINE (epoch seconds, optional; see
+# sanitizer_deadline) ends every run by then, so a sweep inside a time-limited job still finishes
+# its tables.
 sanitize_case() {
   local tool=$1 limit=$2 reports=$3 bin=$4 filter=$5 t0=$SECONDS log rc summary
   shift 5
+  if [ -n "${CANOPY_SANITIZER_DEADLINE:-}" ]; then
+    local left=$((CANOPY_SANITIZER_DEADLINE - $(date +%s)))
+    if [ "$left" -lt 5 ]; then
+      printf 'not started (deadline) | - | 0\n'
+      return
+    fi
+    [ "$left" -lt "$limit" ] && limit=$left
+  fi
   log=$(timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" "$bin" --gtest_filter="$filter" 2>&1)
   rc=$?
   summary=$(grep -E "(ERROR|RACECHECK) SUMMARY" <<<"$log" | sed 's/^========= //')
@@ -19,4 +30,10 @@ sanitize_case() {
   # One write per case, so that the reports of processes side by side do not interleave.
   [ "$rc" -eq 0 ] || printf '== %s %s\n%s\n' "$filter" "$*" \
     "$(grep -E "Error|hazard|Race reported|Read|Write|FAILED" <<<"$log" | head -20)" >> "$reports"
+}
+#   sanitizer_deadline: exports CANOPY_SANITIZER_DEADLINE = now + CANOPY_SANITIZER_BUDGET seconds
+# when that budget is set (the whole sweep's time, leaving the caller time to write its tables).
+sanitizer_deadline() {
+  [ -n "${CANOPY_SANITIZER_BUDGET:-}" ] && export CANOPY_SANITIZER_DEADLINE=$(($(date +%s) + CANOPY_SANITIZER_BUDGET))
+  return 0
 }
