@@ -39,19 +39,18 @@ struct WideConfig
   static constexpr int QUARTERS = 4;    ///< warps per row group
   static constexpr int WARPS = ROW_GROUPS * QUARTERS;
   static constexpr int THREADS = 32 * WARPS;
-  static constexpr int GROUP_THREADS = 32 * QUARTERS;  ///< threads of a row group (its named barrier)
   static constexpr int M_TILE = 32 * ROW_GROUPS;
-  static constexpr int HALF = 16;                      ///< keys per softmax step
-  static constexpr int N_TILE = 2 * HALF;  ///< keys per cp.async stage
-  static constexpr int STAGES = 2;         ///< stages in the K/V ring
+  static constexpr int N_TILE = 32;   ///< keys per cp.async stage
+  static constexpr int HALF = 16;     ///< keys per softmax step
   static constexpr int KSTEPS = D_QK / 16 / QUARTERS;  ///< k16 steps of Q per warp (9: 144 dims)
   static constexpr int NBLK = D_V / 8 / QUARTERS;      ///< 8-column blocks of O per warp (16: 128 columns)
+  static constexpr int GROUP_THREADS = 32 * QUARTERS;  ///< threads of a row group (its named barrier)
   static constexpr bool FOLD_HEADS = true;
   static constexpr int QK_CHUNKS = D_QK * 2 / 16;  ///< 16-byte chunks in a bf16 K row (72)
   static constexpr int LOAD_UNROLL = 8;
   static constexpr int KV_ROW_BYTES = (D_QK + 8) * 2;  // 16-byte pad: conflict-free ldmatrix rows
   static constexpr int KV_STAGE_BYTES = N_TILE * KV_ROW_BYTES;
-  static constexpr int KV_BYTES = STAGES * KV_STAGE_BYTES;  // also the 64-row Q staging area
+  static constexpr int KV_BYTES = 2 * KV_STAGE_BYTES;  // also the 64-row Q staging area
   static constexpr int X_BYTES = WARPS * 4 * 32 * 16;  ///< partial scores: 4 float4 per lane and warp
   static constexpr int PREC_BYTES = ROW_GROUPS * 2 * 32 * 16;  ///< P as whole A fragments per (row block, lane)
   static constexpr int ALPHA_BYTES = ROW_GROUPS * QUARTERS * 32 * 4;  ///< rescale factor per reduced row
@@ -60,7 +59,7 @@ struct WideConfig
   // Visibility window words (VisWindow), as in the 16-row tile: all of a 1024-node tree for H >= 2.
   static constexpr int VIS_BYTES = 4096;
   static constexpr int VIS_WORDS = VIS_BYTES / 8;
-  static constexpr int RING_BYTES = STAGES * N_TILE * 8;  ///< slot indices, one entry per stage
+  static constexpr int RING_BYTES = 2 * N_TILE * 8;
   static constexpr int INFO_BYTES = 128;
   /// The shared-memory plan, in this order.
   struct Smem
