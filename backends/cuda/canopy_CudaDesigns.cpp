@@ -1,5 +1,5 @@
 /// \file canopy_CudaDesigns.cpp
-/// \brief cuda-sm120, cuda-sm120-w32 and cuda-flat: plan checks the shape and sizes the workspace per strategy,
+/// \brief cuda-sm120, cuda-sm120-w32, cuda-sm90 and cuda-flat: plan checks the shape and sizes the workspace per strategy,
 /// run only enqueues (capture-safe in global mode). There is no fallback path: a shape the kernels
 /// cannot serve is an InputError in plan, so `strict` changes nothing here.
 #include "canopy_CudaDesigns.hpp"
@@ -25,11 +25,20 @@ struct CudaKernel
   char const *launcher;  ///< named in launch errors
   cudaError_t (*launch)(VerifyParams const &, cudaStream_t);
   size_t (*sharedBytes)();
-  bool splits;  ///< split-K with partials (NSPLIT); cuda-flat walks the whole prefix in one block
+  cudaError_t (*prepare)();  ///< raises the kernel's shared-memory limit (plan, outside capture)
+  bool splits;       ///< split-K with partials (NSPLIT); cuda-flat walks the whole prefix in one block
+  SplitTile tile;    ///< what suggestNsplit counts in (split designs)
+  int arch = 0;      ///< the one compute capability (major * 10 + minor) its cubin serves; 0 = any
+  char const *mma = "mma";  ///< the MMA instruction family, first word of the path ("mma", "wgmma")
 };
-CudaKernel const SM120{"cuda-sm120", "launchVerifySm120", launchVerifySm120, sm120SharedBytes, true};
-CudaKernel const SM120_WIDE{"cuda-sm120-w32", "launchVerifySm120Wide", launchVerifySm120Wide, sm120WideSharedBytes, true};
-CudaKernel const FLAT{"cuda-flat", "launchVerifyFlat", launchVerifyFlat, flatSharedBytes, false};
+CudaKernel const SM120{"cuda-sm120", "launchVerifySm120", launchVerifySm120, sm120SharedBytes, prepareVerifyKernels,
+                       true, SM120_SPLIT_TILE};
+CudaKernel const SM120_WIDE{"cuda-sm120-w32", "launchVerifySm120Wide", launchVerifySm120Wide, sm120WideSharedBytes,
+                            prepareVerifyKernels, true, SM120_SPLIT_TILE};
+CudaKernel const SM90{"cuda-sm90", "launchVerifySm90", launchVerifySm90, sm90SharedBytes, prepareSm90Kernel, true,
+                      SM90_SPLIT_TILE, 90, "wgmma"};
+CudaKernel const FLAT{"cuda-flat", "launchVerifyFlat", launchVerifyFlat, flatSharedBytes, prepareVerifyKernels, false,
+                      SM120_SPLIT_TILE};
 
 class CudaVerifyDesign final : public Design
 {
@@ -47,8 +56,9 @@ public:
   {
     if (!_kernel.splits)
       return name() + "/mma-flat/<layout>";
-    return name() + "/mma-split<N>-" + (_bf16 ? "bf16" : "f32") + "/<layout> (split-K + combine), " + name() +
-           "/mma-direct/<layout> (NSPLIT 1)";
+    std::string const mma = _kernel.mma;
+    return name() + "/" + mma + "-split<N>-" + (_bf16 ? "bf16" : "f32") + "/<layout> (split-K + combine), " + name() +
+           "/" + mma + "-direct/<layout> (NSPLIT 1)";
   }
 
   size_t workspaceBytes() const override
@@ -77,19 +87,24 @@ public:
       throw Unsupported(who + "nsplit " + std::to_string(options.nsplit) + " outside [1, " +
                        std::to_string(MAX_NSPLIT) + "] (0 = auto)");
     DeviceInfo const dev = deviceInfo(currentDevice());
+    if (_kernel.arch != 0 && dev.cc_major * 10 + dev.cc_minor != _kernel.arch)
+      throw Unsupported(who + "its cubin is built for sm_" + std::to_string(_kernel.arch) + "a only (wgmma); " +
+                        dev.name + " is sm_" + std::to_string(dev.cc_major) + std::to_string(dev.cc_minor));
     size_t const smem = _kernel.sharedBytes();
     if (dev.smem_per_block_optin < smem)
       throw Unsupported(who + "needs " + std::to_string(smem) + " bytes of shared memory per block, " + dev.name +
                        " offers " + std::to_string(dev.smem_per_block_optin));
-    check(prepareVerifyKernels(), "cudaFuncSetAttribute (verify kernels)");
+    check(_kernel.prepare(), "cudaFuncSetAttribute (verify kernels)");
     _bounds = bounds;
     _options = options;
     // nsplit 0 = auto: chosen from the plan bounds and the SM count only, so it is capture-safe.
-    _nsplit = !_kernel.splits ? 1 : options.nsplit > 0 ? options.nsplit : suggestNsplit(bounds, dev.sm_count, _bf16);
+    _nsplit = !_kernel.splits ? 1 : options.nsplit > 0 ? options.nsplit : suggestNsplit(bounds, dev.sm_count, _bf16, _kernel.tile);
     _planned = true;
-    _path = name() + "/" + (!_kernel.splits ? std::string("mma-flat") : _nsplit == 1 ? std::string("mma-direct")
-                                                                           : "mma-split" + std::to_string(_nsplit) +
-                                                                                 (_bf16 ? "-bf16" : "-f32")) +
+    std::string const mma = _kernel.mma;
+    _path = name() + "/" +
+            (!_kernel.splits ? mma + "-flat"
+             : _nsplit == 1  ? mma + "-direct"
+                             : mma + "-split" + std::to_string(_nsplit) + (_bf16 ? "-bf16" : "-f32")) +
             "/" + toString(bounds.mask_layout);
     switch (options.workspace)
     {
@@ -176,24 +191,26 @@ private:
 };
 } // namespace
 
-int suggestNsplit(PlanBounds const &b, int sm_count, bool partial_bf16)
+int suggestNsplit(PlanBounds const &b, int sm_count, bool partial_bf16, SplitTile const &tile)
 {
-  // Units: one KV tile of one CTA (64 rows x 32 keys x 1088 columns, ~2 us on an H200 SM at the
-  // mma.sync rate). A CTA also pays ~2 tiles to start (Q load, first KV tile in flight). Each
-  // split adds its partials to the combine pass: rows x 2 KB (fp32) written and read at ~3 TB/s.
-  constexpr double TILE_S = 2e-6, START_TILES = 2.0, PARTIAL_BW = 3e12;
-  int64_t const m_tiles = (static_cast<int64_t>(b.max_tree) * b.num_heads + SM120_M_TILE - 1) / SM120_M_TILE;
+  // Units: one KV tile of one CTA (tile.seconds). A CTA also pays ~2 tiles to start (Q load, first
+  // KV tile in flight). Each split adds its partials to the combine pass: rows x 2 KB (fp32)
+  // written and read at ~3 TB/s.
+  constexpr double START_TILES = 2.0, PARTIAL_BW = 3e12;
+  double const TILE_S = tile.seconds;
+  int const M_TILE = tile.rows, N_TILE = tile.keys;
+  int64_t const m_tiles = (static_cast<int64_t>(b.max_tree) * b.num_heads + M_TILE - 1) / M_TILE;
   int64_t const ctas_per_split = std::max<int64_t>(1, static_cast<int64_t>(b.max_batch) * m_tiles);
   int64_t const len = std::max<int64_t>(1, b.max_prefix + b.max_tree);
   double const rows = static_cast<double>(b.max_batch) * b.max_tree * b.num_heads;
   double const split_cost = rows * static_cast<double>(partialRowBytes(partial_bf16)) * 2 / PARTIAL_BW / TILE_S;
   int best = 1;
   double best_cost = 1e300;
-  int const max_ns = static_cast<int>(std::min<int64_t>(64, (len + SM120_N_TILE - 1) / SM120_N_TILE));
+  int const max_ns = static_cast<int>(std::min<int64_t>(64, (len + N_TILE - 1) / N_TILE));
   for (int ns = 1; ns <= std::max(1, max_ns); ++ns)
   {
     int64_t const waves = (ctas_per_split * ns + std::max(1, sm_count) - 1) / std::max(1, sm_count);
-    int64_t const tiles = ((len + ns - 1) / ns + SM120_N_TILE - 1) / SM120_N_TILE;
+    int64_t const tiles = ((len + ns - 1) / ns + N_TILE - 1) / N_TILE;
     double const cost = static_cast<double>(waves) * (static_cast<double>(tiles) + START_TILES) +
                         (ns > 1 ? 1.0 + ns * split_cost : 0.0);
     if (cost < best_cost - 1e-9)
@@ -209,6 +226,10 @@ DesignPtr makeSm120Design(bool partial_bf16)
 DesignPtr makeSm120WideDesign(bool partial_bf16)
 {
   return std::make_unique<CudaVerifyDesign>(SM120_WIDE, partial_bf16);
+}
+DesignPtr makeSm90Design(bool partial_bf16)
+{
+  return std::make_unique<CudaVerifyDesign>(SM90, partial_bf16);
 }
 DesignPtr makeFlatDesign() { return std::make_unique<CudaVerifyDesign>(FLAT, false); }
 } // namespace cuda
@@ -228,6 +249,11 @@ void registerCudaDesigns()
                  "4-warp score exchange and a softmax step per 16 keys (experimental: 5-9% slower than cuda-sm120 "
                  "on the H200, docs/results/cuda-h200.md; kept to compare on other GPUs)",
                  [] { return cuda::makeSm120WideDesign(false); }, /*experimental=*/true);
+  registerDesign("cuda-sm90",
+                 "hand-written CUDA split-K verify for Hopper (sm_90a): heads x nodes folded into 64-row wgmma tiles "
+                 "with Q, K/V and P in swizzled shared memory, two warpgroups splitting the keys of the scores and "
+                 "the columns of the output, cp.async 2-stage; unsupported on other GPUs",
+                 [] { return cuda::makeSm90Design(false); });
   registerDesign("cuda-flat",
                  "CUDA baseline with SGLang's Triton extend-kernel structure: block per (request, head, "
                  "32-node tile), whole prefix serially, K and V loaded separately",

@@ -40,6 +40,9 @@ constexpr size_t partialRowBytes(bool partial_bf16) { return static_cast<size_t>
 /// CTA and keys per KV tile. The kernel's TileConfig static_asserts that it has these sizes.
 constexpr int SM120_M_TILE = 64;
 constexpr int SM120_N_TILE = 32;
+/// The cuda-sm90 tile (64 rows, 64 keys per K/V stage), likewise.
+constexpr int SM90_M_TILE = 64;
+constexpr int SM90_N_TILE = 64;
 
 /// \brief Everything a verify launch needs. All pointers are device pointers to the native
 /// SGLang-layout buffers (docs/design.md §1); the kernels read them in place, every launch, so a CUDA
@@ -110,6 +113,17 @@ cudaError_t launchVerifySm120(VerifyParams const &p, cudaStream_t stream);
 /// price of a partial-score exchange over 4 warps and a softmax step per 16 keys. Same params and
 /// workspace as cuda-sm120. Enqueue only.
 cudaError_t launchVerifySm120Wide(VerifyParams const &p, cudaStream_t stream);
+
+/// \brief cuda-sm90: the same split-K design for Hopper (sm_90a cubin only): Q, K/V and P in
+/// 128-byte-swizzled shared memory feeding wgmma, two warpgroups per 64-row tile (each scores half of
+/// a 64-key tile and accumulates half of the output columns), 2-stage cp.async, up to 227 KB of
+/// shared memory; the same params, workspace and combine as cuda-sm120. Enqueue only; callers check
+/// the device is sm_90 first (the kernel traps elsewhere).
+cudaError_t launchVerifySm90(VerifyParams const &p, cudaStream_t stream);
+/// \brief Dynamic shared memory per block of the cuda-sm90 kernel (above the sm_120 limit).
+size_t sm90SharedBytes();
+/// \brief Raises the cuda-sm90 kernel's shared-memory limit; idempotent, outside capture, sm_90 only.
+cudaError_t prepareSm90Kernel();
 
 /// \brief cuda-flat: SGLang Triton extend-kernel structure: one block per (request, head, 32-node
 /// query tile), whole prefix walked serially, K and V tiles loaded separately. nsplit is ignored.

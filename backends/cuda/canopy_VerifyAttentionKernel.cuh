@@ -196,6 +196,8 @@ struct TileConfig
     static constexpr SmemRegion info = ring.next(INFO_BYTES);    ///< TileInfo
   };
   static constexpr int SMEM_BYTES = Smem::info.end();
+  /// Byte offset of Q row \p r, 16-byte chunk \p ch in the Q staging (padded rows, as the K/V stages).
+  __host__ __device__ static constexpr int qStageOffset(int r, int ch) { return r * KV_ROW_BYTES + ch * 16; }
   static_assert(fitsSm120(Smem::info), "tile exceeds the sm_120 99 KB shared-memory limit");
   static_assert(VIS_WORDS >= MAX_TILE_NODES, "every tile node needs one 64-bit word (a 32-key tile window)");
   static_assert(K16_STEPS % KSPLIT == 0, "KSPLIT must divide the 36 k16 steps of a 576-wide row");
@@ -379,7 +381,7 @@ __device__ __forceinline__ bool beginTile(VerifyParams const &p, int b, int mt, 
     int const rr = tile_row0 + r;
     bool const ok = rr < rows_in_req;
     uint16_t const *src = ok ? p.q + globalRow(rr) * p.q_row_stride + ch * 8 : p.q;
-    cpAsync16(q_stage + r * Cfg::KV_ROW_BYTES + ch * 16, src, ok);
+    cpAsync16(q_stage + Cfg::qStageOffset(r, ch), src, ok);
   });
   cpAsyncCommit();
 

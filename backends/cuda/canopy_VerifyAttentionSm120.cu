@@ -3,6 +3,7 @@
 /// heads x tree nodes folded into 64-row MMA tiles (16 rows per warp, or 32 in the w32 tile of
 /// canopy_VerifyAttentionWide.cuh), plus the split combine kernel and the launch-side checks.
 #include "canopy_VerifyAttentionKernel.cuh"
+#include "canopy_VerifyAttentionLaunch.cuh"
 #include "canopy_VerifyAttentionWide.cuh"
 
 #include <mutex>
@@ -86,6 +87,16 @@ __global__ void __launch_bounds__(COMBINE_THREADS) combineKernel(VerifyParams co
       make_uint2(packBf16(acc[0] * inv, acc[1] * inv), packBf16(acc[2] * inv, acc[3] * inv));
 }
 
+cudaError_t launchCombine(VerifyParams const &p, cudaStream_t stream)
+{
+  int64_t const rows = p.max_nodes * p.num_heads;
+  if (p.partial_bf16)
+    combineKernel<__nv_bfloat16><<<static_cast<unsigned>(rows), COMBINE_THREADS, 0, stream>>>(p);
+  else
+    combineKernel<float><<<static_cast<unsigned>(rows), COMBINE_THREADS, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
 cudaError_t prepareFlat();
 } // namespace Impl
 
@@ -148,46 +159,14 @@ char const *verifyParamsProblem(VerifyParams const &p)
   return nullptr;
 }
 
-namespace
-{
-/// Split kernel over (m-tile, split) x request, then the combine when nsplit > 1. x = split *
-/// m_tiles + m-tile: the m-tiles of one split are neighbours in launch order, so the CTAs that
-/// read the same KV rows run together and all but the first find them in L2.
-template <class Cfg, class KernelF32, class KernelBf16>
-cudaError_t launchSplit(VerifyParams const &p, cudaStream_t stream, KernelF32 f32, KernelBf16 bf16)
-{
-  if (verifyParamsProblem(p))
-    return cudaErrorInvalidValue;
-  if (p.max_batch == 0 || p.max_tree == 0 || p.max_nodes == 0)
-    return cudaSuccess;
-  int64_t const m_tiles = (static_cast<int64_t>(p.max_tree) * p.num_heads + Cfg::M_TILE - 1) / Cfg::M_TILE;
-  int64_t const gx = m_tiles * (p.nsplit);
-  if (gx > 0x7fffffff)
-    return cudaErrorInvalidConfiguration;
-  dim3 const grid(static_cast<unsigned>(gx), static_cast<unsigned>(p.max_batch));
-  if (p.partial_bf16)
-    bf16<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p, static_cast<int>(m_tiles));
-  else
-    f32<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p, static_cast<int>(m_tiles));
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess || p.nsplit == 1)
-    return e;
-  int64_t const rows = p.max_nodes * p.num_heads;
-  if (p.partial_bf16)
-    Impl::combineKernel<__nv_bfloat16><<<static_cast<unsigned>(rows), Impl::COMBINE_THREADS, 0, stream>>>(p);
-  else
-    Impl::combineKernel<float><<<static_cast<unsigned>(rows), Impl::COMBINE_THREADS, 0, stream>>>(p);
-  return cudaGetLastError();
-}
-} // namespace
 
 cudaError_t launchVerifySm120(VerifyParams const &p, cudaStream_t stream)
 {
-  return launchSplit<Impl::Sm120Config>(p, stream, Impl::sm120Kernel<float>, Impl::sm120Kernel<__nv_bfloat16>);
+  return Impl::launchSplit<Impl::Sm120Config>(p, stream, Impl::sm120Kernel<float>, Impl::sm120Kernel<__nv_bfloat16>);
 }
 
 cudaError_t launchVerifySm120Wide(VerifyParams const &p, cudaStream_t stream)
 {
-  return launchSplit<Impl::WideConfig>(p, stream, Impl::sm120WideKernel<float>, Impl::sm120WideKernel<__nv_bfloat16>);
+  return Impl::launchSplit<Impl::WideConfig>(p, stream, Impl::sm120WideKernel<float>, Impl::sm120WideKernel<__nv_bfloat16>);
 }
 } // namespace canopy::cuda

@@ -74,6 +74,8 @@ struct WideConfig
     static constexpr SmemRegion info = ring.next(INFO_BYTES);     ///< TileInfo
   };
   static constexpr int SMEM_BYTES = Smem::info.end();
+  /// Byte offset of Q row \p r, 16-byte chunk \p ch in the Q staging (padded rows, as the K/V stages).
+  __host__ __device__ static constexpr int qStageOffset(int r, int ch) { return r * KV_ROW_BYTES + ch * 16; }
   static_assert(fitsSm120(Smem::info), "tile exceeds the sm_120 99 KB shared-memory limit");
   static_assert(KV_BYTES >= M_TILE * KV_ROW_BYTES, "the K/V ring stages the Q tile once");
   static_assert(sizeof(TileInfo) <= INFO_BYTES, "TileInfo");

@@ -82,6 +82,17 @@ HostProblem makeProblem(GridCase const &c, MaskLayout layout, uint64_t seed)
   return generateProblem(g);
 }
 
+/// Whether the current GPU runs cuda-sm90 (an sm_90 device: its cubin is sm_90a only). Elsewhere
+/// its variants are left out of the grids, and planUnsupportedOffHopper checks the refusal.
+bool sm90Here()
+{
+  std::string why;
+  if (!cuda::cudaAvailable(&why))
+    return false;
+  cuda::DeviceInfo const d = cuda::deviceInfo(cuda::currentDevice());
+  return d.cc_major == 9 && d.cc_minor == 0;
+}
+
 /// The CUDA designs in every variant a check runs: both partial dtypes and NSPLIT 1 (the direct
 /// path) for the split designs, plus the Kokkos designs that run on CUDA memory in this build.
 struct Variant
@@ -102,6 +113,12 @@ std::vector<Variant> cudaVariants(int nsplit)
       {"cuda-sm120-w32 direct", [] { return cuda::makeSm120WideDesign(false); }, 1},
       {"cuda-flat", [] { return cuda::makeFlatDesign(); }, nsplit},
   };
+  if (sm90Here())
+  {
+    variants.push_back({"cuda-sm90 f32", [] { return cuda::makeSm90Design(false); }, nsplit});
+    variants.push_back({"cuda-sm90 bf16", [] { return cuda::makeSm90Design(true); }, nsplit});
+    variants.push_back({"cuda-sm90 direct", [] { return cuda::makeSm90Design(false); }, 1});
+  }
   for (std::string const &n : kokkosDesignsOnCuda())
     variants.push_back({n, [n] { return makeDesign(n); }, nsplit});
   return variants;
@@ -327,11 +344,17 @@ TEST(CudaDesigns, repeatedRunsAreBitIdentical)
     DesignPtr design;
     int nsplit;
   };
-  Variant variants[] = {{"cuda-sm120 split", cuda::makeSm120Design(false), 7},
-                        {"cuda-sm120 direct", cuda::makeSm120Design(false), 1},
-                        {"cuda-sm120-w32 split", cuda::makeSm120WideDesign(true), 5},
-                        {"cuda-sm120-w32 direct", cuda::makeSm120WideDesign(false), 1},
-                        {"cuda-flat", cuda::makeFlatDesign(), 1}};
+  std::vector<Variant> variants;
+  variants.push_back({"cuda-sm120 split", cuda::makeSm120Design(false), 7});
+  variants.push_back({"cuda-sm120 direct", cuda::makeSm120Design(false), 1});
+  variants.push_back({"cuda-sm120-w32 split", cuda::makeSm120WideDesign(true), 5});
+  variants.push_back({"cuda-sm120-w32 direct", cuda::makeSm120WideDesign(false), 1});
+  variants.push_back({"cuda-flat", cuda::makeFlatDesign(), 1});
+  if (sm90Here())
+  {
+    variants.push_back({"cuda-sm90 split", cuda::makeSm90Design(false), 7});
+    variants.push_back({"cuda-sm90 direct", cuda::makeSm90Design(false), 1});
+  }
   for (auto &v : variants)
   {
     DesignOptions opt;
@@ -377,6 +400,40 @@ TEST(CudaDesigns, pathSaysWhichKernelRan)
   EXPECT_EQ(flat->path(), "cuda-flat/mma-flat/parents");
   EXPECT_TRUE(sm120->captureSafe());
   EXPECT_EQ(sm120->memory(), MemoryKind::kCudaDevice);
+  if (sm90Here())
+  {
+    auto sm90 = cuda::makeSm90Design(false);
+    opt.nsplit = 3;
+    checkDesign(*sm90, problem, opt, reference);
+    EXPECT_EQ(sm90->path(), "cuda-sm90/wgmma-split3-f32/parents");
+    opt.nsplit = 1;
+    checkDesign(*sm90, problem, opt, reference);
+    EXPECT_EQ(sm90->path(), "cuda-sm90/wgmma-direct/parents");
+  }
+}
+
+TEST(CudaDesigns, sm90PlanUnsupportedOffHopper)
+{
+  CANOPY_REQUIRE_GPU();
+  PlanBounds b;
+  b.max_tree = 8;
+  b.max_nodes = 8;
+  auto design = cuda::makeSm90Design();
+  if (sm90Here())
+  {
+    EXPECT_NO_THROW(design->plan(b, DesignOptions{}));
+    EXPECT_GT(cuda::sm90SharedBytes(), cuda::SMEM_LIMIT) << "uses Hopper's 227 KB, not the sm_120 limit";
+    return;
+  }
+  try
+  {
+    design->plan(b, DesignOptions{});
+    ADD_FAILURE() << "cuda-sm90 planned on a GPU that is not sm_90";
+  }
+  catch (Unsupported const &e)
+  {
+    EXPECT_NE(std::string(e.what()).find("sm_90a"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CudaDesigns, planRejectsShapesTheKernelsCannotServe)
@@ -445,6 +502,7 @@ TEST(CudaDesigns, launcherRefusesBadParams)
   EXPECT_EQ(cuda::launchVerifySm120(p, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(cuda::launchVerifySm120Wide(p, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(cuda::launchVerifyFlat(p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::launchVerifySm90(p, nullptr), cudaErrorInvalidValue);
 }
 
 TEST(CudaDesigns, sharedMemoryWithinTheSm120Limit)
@@ -558,7 +616,8 @@ TEST_P(CudaGraph, replayReadsTheLiveBuffers)
   GraphCase const c = GetParam();
   DesignPtr design = c.make();
   if (!design || design->memory() != MemoryKind::kCudaDevice)
-    GTEST_SKIP() << c.name << ": the design does not run on CUDA device memory in this build (needs a CUDA Kokkos)";
+    GTEST_SKIP() << c.name << ": the design does not run on CUDA device memory here (the Kokkos designs need a "
+                    "CUDA Kokkos, cuda-sm90 an sm_90 GPU)";
   Bucket const &k = bucket(c.layout, c.big);
   std::vector<HostProblem> const &steps = k.steps;
   PlanBounds const &bounds = k.bounds;
@@ -590,7 +649,8 @@ TEST_P(CudaGraph, replayReadsTheLiveBuffers)
   storage.sync();
   cuda::Graph graph = cuda::Graph::capture(stream, [&] { design->run(storage.ref(), storage.context()); });
   ASSERT_TRUE(graph.valid());
-  if (c.workspace == WorkspaceStrategy::kPerCall && design->name().rfind("cuda-sm120", 0) == 0)
+  if (c.workspace == WorkspaceStrategy::kPerCall &&
+      (design->name().rfind("cuda-sm120", 0) == 0 || design->name() == "cuda-sm90"))
     EXPECT_GE(graph.numNodes(), 4u) << "alloc, split kernel, combine, free";
 
   for (size_t i : {size_t{0}, size_t{1}, size_t{2}, size_t{0}})
@@ -614,6 +674,13 @@ INSTANTIATE_TEST_SUITE_P(
     Strategies, CudaGraph,
     ::testing::Values(GraphCase{"sm120_persistent_full", [] { return cuda::makeSm120Design(); },
                                 WorkspaceStrategy::kPersistent, MaskLayout::kFull},
+                      GraphCase{"sm90_persistent_full", [] { return sm90Here() ? cuda::makeSm90Design() : nullptr; },
+                                WorkspaceStrategy::kPersistent, MaskLayout::kFull},
+                      GraphCase{"sm90_percall_tree", [] { return sm90Here() ? cuda::makeSm90Design() : nullptr; },
+                                WorkspaceStrategy::kPerCall, MaskLayout::kTree},
+                      GraphCase{"big_sm90_bf16_grow_parents",
+                                [] { return sm90Here() ? cuda::makeSm90Design(true) : nullptr; },
+                                WorkspaceStrategy::kGrow, MaskLayout::kParents, true},
                       GraphCase{"sm120_percall_tree", [] { return cuda::makeSm120Design(); },
                                 WorkspaceStrategy::kPerCall, MaskLayout::kTree},
                       GraphCase{"sm120_grow_parents", [] { return cuda::makeSm120Design(); },

@@ -1,0 +1,45 @@
+/// \file canopy_VerifyAttentionLaunch.cuh
+/// \brief The launch shape every split-K tile design shares: the tile kernel over (m-tile, split) x
+/// request, then the split combine when nsplit > 1. Included by the designs' .cu files; the combine
+/// kernel itself lives in one translation unit (canopy_VerifyAttentionSm120.cu) and is reached
+/// through launchCombine, so each cubin holds one copy of it.
+#pragma once
+
+#include "canopy_VerifyAttentionCuda.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace canopy::cuda::Impl
+{
+/// The split combine over every (node, head) row of the bucket: the splits' partials merged through
+/// SoftmaxState into `out`. Enqueue only.
+cudaError_t launchCombine(VerifyParams const &p, cudaStream_t stream);
+
+/// Split kernel over (m-tile, split) x request, then the combine when nsplit > 1. x = split *
+/// m_tiles + m-tile: the m-tiles of one split are neighbours in launch order, so the CTAs that
+/// read the same KV rows run together and all but the first find them in L2. The grid depends on
+/// the bucket's bounds only (capture-safe).
+template <class Cfg, class KernelF32, class KernelBf16>
+cudaError_t launchSplit(VerifyParams const &p, cudaStream_t stream, KernelF32 f32, KernelBf16 bf16)
+{
+  if (verifyParamsProblem(p))
+    return cudaErrorInvalidValue;
+  if (p.max_batch == 0 || p.max_tree == 0 || p.max_nodes == 0)
+    return cudaSuccess;
+  int64_t const m_tiles = (static_cast<int64_t>(p.max_tree) * p.num_heads + Cfg::M_TILE - 1) / Cfg::M_TILE;
+  int64_t const gx = m_tiles * (p.nsplit);
+  if (gx > 0x7fffffff)
+    return cudaErrorInvalidConfiguration;
+  dim3 const grid(static_cast<unsigned>(gx), static_cast<unsigned>(p.max_batch));
+  if (p.partial_bf16)
+    bf16<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p, static_cast<int>(m_tiles));
+  else
+    f32<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p, static_cast<int>(m_tiles));
+  cudaError_t const e = cudaGetLastError();
+  if (e != cudaSuccess || p.nsplit == 1)
+    return e;
+  return launchCombine(p, stream);
+}
+} // namespace canopy::cuda::Impl

@@ -1,0 +1,332 @@
+/// \file canopy_VerifyAttentionSm90.cu
+/// \brief cuda-sm90: the split-K verify tile for Hopper. Q, K/V and P live in 128-byte-swizzled
+/// shared memory and feed wgmma directly (no ldmatrix, no Q fragments in registers); two
+/// warpgroups share one 64-row tile: each computes the scores of half the keys of a 64-key tile,
+/// they exchange row maxima, each writes its half of P, and each accumulates 256 of the 512 output
+/// columns over all 64 keys. Compiled for sm_90a only; the split bookkeeping, visibility windows,
+/// slot-index ring, partial stores and the combine are the ones cuda-sm120 uses.
+///
+/// Model per 64-row x 64-key tile (docs/results/cuda-sm90.md): 8.9 MFLOP (Q.K^T 4.7, P.V 4.2);
+/// shared-memory reads by wgmma 216 KB for the scores (each warpgroup re-reads the 72 KB Q tile
+/// against its 32 keys: m64n32 is operand-bound at 3 KB per 16 cycles) + 80 KB for P.V, plus 72 KB
+/// of cp.async writes: ~2,900 cycles at 128 B/clk, against 2,180 at the dense wgmma rate, so the
+/// tile is shared-memory bound near 75% of the GEMM peak if copies and softmax overlap perfectly.
+#include "canopy_Sm90Ptx.cuh"
+#include "canopy_VerifyAttentionKernel.cuh"
+#include "canopy_VerifyAttentionLaunch.cuh"
+
+#include <mutex>
+
+namespace canopy::cuda
+{
+namespace Impl
+{
+struct Sm90Config
+{
+  static constexpr int WARPGROUPS = 2;
+  static constexpr int THREADS = 128 * WARPGROUPS;
+  static constexpr int WARPS = THREADS / 32;
+  static constexpr int M_TILE = 64;                     ///< (node, head) rows: one wgmma M
+  static constexpr int N_TILE = 64;                     ///< keys per K/V stage
+  static constexpr int S_KEYS = N_TILE / WARPGROUPS;    ///< score columns per warpgroup (32)
+  static constexpr int O_COLS = D_V / WARPGROUPS;       ///< output columns per warpgroup (256)
+  static constexpr int O_REGS = O_COLS / 2;             ///< fp32 accumulators per thread (128)
+  static constexpr int S_REGS = S_KEYS / 2;             ///< score accumulators per thread (16)
+  static constexpr bool FOLD_HEADS = true;
+  static constexpr int QK_CHUNKS = D_QK * 2 / 16;       ///< 16-byte chunks of a 576-wide row (72)
+  static constexpr int K16_STEPS = D_QK / 16;           ///< wgmma k-steps of Q.K^T (36)
+  static constexpr int PV_STEPS = N_TILE / 16;          ///< wgmma k-steps of P.V (4)
+  static constexpr int LOAD_UNROLL = 8;
+  static constexpr int BLOCK_BYTES = M_TILE * sm90::SWIZZLE_ROW_BYTES;  ///< one 64-column block of 64 rows
+  static constexpr int ROWS_BYTES = (D_QK / 64) * BLOCK_BYTES;          ///< a 64 x 576 tile (72 KB)
+  static constexpr int KV_STAGES = 2;
+  static constexpr int P_BYTES = M_TILE * N_TILE * 2;   ///< P, bf16, one swizzled 64-column block
+  static constexpr int XROW_BYTES = WARPGROUPS * M_TILE * 4;  ///< a float per (warpgroup, row)
+  // 1 KB of visibility words: a 1024-node tree whole for H >= 8 (8 nodes x 16 words); H = 1 keeps a
+  // 128-key window. What is left of the 227 KB after Q, two K/V stages and P.
+  static constexpr int VIS_BYTES = 1024;
+  static constexpr int VIS_WORDS = VIS_BYTES / 8;
+  static constexpr int MAX_TILE_NODES = M_TILE;
+  static constexpr int RING_BYTES = 2 * N_TILE * 8;
+  static constexpr int INFO_BYTES = 128;
+  /// The shared-memory plan, in this order. The wgmma operands start on 1024-byte swizzle atoms.
+  struct Smem
+  {
+    static constexpr SmemRegion q{0, ROWS_BYTES};                     ///< Q tile, 9 swizzled blocks
+    static constexpr SmemRegion kv = q.next(KV_STAGES * ROWS_BYTES);  ///< K/V stages (V = first 512 columns)
+    static constexpr SmemRegion p = kv.next(P_BYTES);                 ///< P of the tile, both halves
+    static constexpr SmemRegion xrow = p.next(XROW_BYTES);            ///< row maxima, then row sums
+    static constexpr SmemRegion vis = xrow.next(VIS_BYTES);           ///< visibility window words
+    static constexpr SmemRegion ring = vis.next(RING_BYTES);          ///< slot indices of the next two tiles
+    static constexpr SmemRegion info = ring.next(INFO_BYTES);         ///< TileInfo
+  };
+  static constexpr int SMEM_BYTES = Smem::info.end();
+  /// Byte offset of row \p r, 16-byte chunk \p ch (0..71) in a swizzled 64 x 576 tile.
+  __host__ __device__ static constexpr int qStageOffset(int r, int ch)
+  {
+    return (ch >> 3) * BLOCK_BYTES + sm90::swizzled(r, ch & 7);
+  }
+  static_assert(Smem::q.offset % 1024 == 0 && Smem::kv.offset % 1024 == 0 && Smem::p.offset % 1024 == 0 &&
+                    ROWS_BYTES % 1024 == 0,
+                "wgmma operands must start on 1024-byte swizzle atoms");
+  static_assert(SMEM_BYTES <= 227 * 1024, "sm_90 opt-in shared-memory limit per block (227 KB)");
+  static_assert(VIS_WORDS >= MAX_TILE_NODES, "every tile node needs one 64-bit word");
+  static_assert(M_TILE == SM90_M_TILE && N_TILE == SM90_N_TILE, "suggestNsplit counts in this tile");
+};
+
+/// Named barriers of the tile loop (0 is __syncthreads); each counts the whole CTA.
+enum Sm90Barrier : int
+{
+  kRowMaxReady = 1,  ///< both warpgroups' row maxima of the tile are in xrow
+  kProbsReady = 2,   ///< both halves of P are in shared memory (and fenced for wgmma)
+};
+
+/// The copies of KV tile \p j into \p stage: 64 rows x 72 chunks over the CTA, swizzled; rows past
+/// the split are zero-filled (their scores are masked, their P is 0).
+__device__ __forceinline__ void issueSwizzledRows(KvLoader<Sm90Config> const &ld, int j, uint32_t stage)
+{
+  using Cfg = Sm90Config;
+  TileInfo const volatile *info = ld.sm.info;
+  int64_t const *slots = ld.sm.ring + (j & 1) * Cfg::N_TILE;
+  int const rows = info->s1 - info->s0 - j * Cfg::N_TILE;
+  forChunks<Cfg::N_TILE, Cfg::QK_CHUNKS, Cfg::THREADS, Cfg::LOAD_UNROLL>(threadIdx.x, [&](int r, int ch) {
+    bool const ok = r < rows;
+    void const *src = reinterpret_cast<char const *>(ld.p.kv_pool) +
+                      static_cast<uint64_t>(static_cast<uint32_t>(ok ? slots[r] : 0)) *
+                          static_cast<uint32_t>(2 * ld.p.kv_row_stride) +
+                      ch * 16;
+    cpAsync16(stage + Cfg::qStageOffset(r, ch), src, ok);
+  });
+}
+
+template <class PartialT>
+__device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int mt, int split)
+{
+  using Cfg = Sm90Config;
+  using Smem = Cfg::Smem;
+  constexpr int N_TILE = Cfg::N_TILE;
+  extern __shared__ __align__(1024) unsigned char sm90_smem[];
+  unsigned char *const smem = sm90_smem;
+  float *const xrow = smemAt<float>(smem, Smem::xrow);
+  TileInfo *const info_w = smemAt<TileInfo>(smem, Smem::info);
+  TileInfo const volatile *const info = info_w;
+  TileSmem const sm{smemAt<uint64_t>(smem, Smem::vis), smemAt<int64_t>(smem, Smem::ring), info_w};
+  uint32_t const q_base = smemAddr(smemAt<unsigned char>(smem, Smem::q));
+  uint32_t const kv_base = smemAddr(smemAt<unsigned char>(smem, Smem::kv));
+  uint32_t const p_base = smemAddr(smemAt<unsigned char>(smem, Smem::p));
+
+  if (q_base % sm90::SWIZZLE_ATOM_BYTES != 0)
+    __trap();  // the descriptors assume 1024-byte atoms; the dynamic shared window starts aligned
+  TileSetup st;
+  if (!beginTile<Cfg>(p, b, mt, split, 0, q_base, sm, st))
+    return;
+
+  int const tid = threadIdx.x;
+  int const wg = tid >> 7;                   // warpgroup: score keys [32 wg, +32), output columns [256 wg, +256)
+  int const wrow = ((tid >> 5) & 3) * 16;    // the warp's 16 rows of the tile
+  int const lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  float const scale = p.sm_scale * LOG2E;
+
+  // Descriptors. Scores: A = Q (K-major), B = this warpgroup's 32 keys of the stage (K-major); a
+  // k-step of 16 columns moves 32 bytes in a block, every 4 steps the next 64-column block.
+  // P.V: A = P (K-major over the 64 keys), B = V columns [256 wg, +256) (N-major: 4 blocks apart
+  // by BLOCK_BYTES, 8-key groups by 1024 bytes); a k-step of 16 keys moves 2 atoms.
+  uint64_t const q_desc = sm90::smemDescriptor(q_base, 0, sm90::SWIZZLE_ATOM_BYTES);
+  uint64_t const k_desc0 =
+      sm90::smemDescriptor(kv_base + wg * Cfg::S_KEYS * sm90::SWIZZLE_ROW_BYTES, 0, sm90::SWIZZLE_ATOM_BYTES);
+  uint64_t const p_desc = sm90::smemDescriptor(p_base, 0, sm90::SWIZZLE_ATOM_BYTES);
+  uint64_t const v_desc0 =
+      sm90::smemDescriptor(kv_base + wg * (Cfg::O_COLS / 64) * Cfg::BLOCK_BYTES, Cfg::BLOCK_BYTES, sm90::SWIZZLE_ATOM_BYTES);
+
+  // Visibility word offset of the thread's row wrow + g + 8 h; -1 for rows past the request.
+  auto visRow = [&](int h) -> int {
+    int const rr = info->mt * Cfg::M_TILE + wrow + g + h * 8;
+    return rr < info->T * p.num_heads ? (rr / p.num_heads - info->node_lo) * info->vis_stride : -1;
+  };
+
+  float o[Cfg::O_REGS];
+#pragma unroll
+  for (int i = 0; i < Cfg::O_REGS; ++i)
+    o[i] = 0.f;
+  SoftmaxState row[2];  // rows wrow + g and wrow + g + 8; l holds this warpgroup's keys only
+
+  KvLoader<Cfg> const ld{p, sm};
+  int const ntiles = st.ntiles;
+  ld.loadFirstIndices();
+  __syncthreads();
+  issueSwizzledRows(ld, 0, kv_base);
+  if (ntiles > 1)
+    ld.issueIndices(1);
+  cpAsyncCommit();
+  bool const moves = windowMoves(info);
+
+  for (int j = 0; j < ntiles; ++j)
+  {
+    // Stage: load. Tile j has landed (this thread's copies, made visible to wgmma, then everyone's);
+    // the other stage is free: every warpgroup waited for its tile j - 1 P.V before this barrier.
+    cpAsyncWait<0>();
+    sm90::fenceProxyAsync();
+    __syncthreads();
+    if (moves)
+      advanceVisibility<Cfg>(p, sm, j);
+    uint32_t const stage = (j & 1) * Cfg::ROWS_BYTES;
+
+    // Stage: scores, S = Q K^T over this warpgroup's 32 keys; tile j + 1's copies are issued while
+    // the 36 wgmma run.
+    float s[Cfg::S_REGS];
+    sm90::wgmmaFence();
+#pragma unroll
+    for (int ks = 0; ks < Cfg::K16_STEPS; ++ks)
+    {
+      uint32_t const koff = (ks >> 2) * Cfg::BLOCK_BYTES + (ks & 3) * 32;
+      sm90::wgmmaM64N32<0>(s, sm90::advance(q_desc, koff), sm90::advance(k_desc0, stage + koff), ks > 0);
+    }
+    sm90::wgmmaCommit();
+    if (j + 1 < ntiles)
+    {
+      issueSwizzledRows(ld, j + 1, kv_base + ((j + 1) & 1) * Cfg::ROWS_BYTES);
+      if (j + 2 < ntiles)
+        ld.issueIndices(j + 2);
+    }
+    cpAsyncCommit();
+    sm90::wgmmaWait<0>();
+    sm90::fenceOperands(s);
+
+    // Stage: mask, where the tile reaches the tree columns or the split's end.
+    int const col0 = info->s0 + j * N_TILE;
+    if (info->P - col0 < N_TILE || info->s1 - col0 < N_TILE)
+    {
+      int const col = col0 + wg * Cfg::S_KEYS;
+      uint32_t vm[2] = {0u, 0u};
+      if (col < info->s1)
+      {
+        vm[0] = visibleWindow<32>(info, sm.vis, visRow(0), col) >> (t4 * 2);
+        vm[1] = visibleWindow<32>(info, sm.vis, visRow(1), col) >> (t4 * 2);
+      }
+#pragma unroll
+      for (int i = 0; i < Cfg::S_REGS; ++i)
+        s[i] = (vm[(i >> 1) & 1] >> ((i >> 2) * 8 + (i & 1))) & 1u ? s[i] : NEG_INF;
+    }
+
+    // Stage: softmax. Row maxima over both warpgroups' keys (max is exact, so both warpgroups
+    // derive the same state), weights of this warpgroup's keys, O rescaled when the max moved.
+    float mx[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+    for (int i = 0; i < Cfg::S_REGS; ++i)
+      mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+    {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      if (t4 == 0)
+        xrow[wg * Cfg::M_TILE + wrow + g + 8 * h] = mx[h];
+    }
+    namedBarrier(kRowMaxReady, Cfg::THREADS);
+    float alpha[2], msub[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+    {
+      mx[h] = fmaxf(mx[h], xrow[(1 - wg) * Cfg::M_TILE + wrow + g + 8 * h]) * scale;
+      alpha[h] = row[h].advance(mx[h], msub[h]);
+      row[h].l *= alpha[h];
+    }
+#pragma unroll
+    for (int i = 0; i < Cfg::S_REGS; ++i)
+    {
+      int const h = (i >> 1) & 1;
+      s[i] = fastExp2(fmaf(s[i], scale, -msub[h]));
+      row[h].l += s[i];
+    }
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))
+    {
+#pragma unroll
+      for (int i = 0; i < Cfg::O_REGS; ++i)
+        o[i] *= alpha[(i >> 1) & 1];
+    }
+
+    // Stage: exchange. This warpgroup's 32 keys of P, as bf16 pairs at (row, key 32 wg + 8 n + 2 t4):
+    // chunk 4 wg + n of the row, swizzled (conflict-free: the 8 rows of a warp hit 8 chunks).
+    unsigned char *const pbuf = smemAt<unsigned char>(smem, Smem::p);
+#pragma unroll
+    for (int n = 0; n < Cfg::S_KEYS / 8; ++n)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+      {
+        int const r = wrow + g + 8 * h;
+        *reinterpret_cast<uint32_t *>(pbuf + sm90::swizzled(r, wg * 4 + n) + t4 * 4) =
+            packBf16(s[n * 4 + h * 2], s[n * 4 + h * 2 + 1]);
+      }
+    sm90::fenceProxyAsync();
+    namedBarrier(kProbsReady, Cfg::THREADS);
+
+    // Stage: P.V, O[:, 256 wg + ...] += P (64 x 64) V (64 x 256).
+    sm90::fenceOperands(o);
+    sm90::wgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::PV_STEPS; ++kk)
+      sm90::wgmmaM64N256<1>(o, sm90::advance(p_desc, kk * 32),
+                            sm90::advance(v_desc0, stage + kk * 2 * sm90::SWIZZLE_ATOM_BYTES), 1);
+    sm90::wgmmaCommit();
+    sm90::wgmmaWait<0>();
+    sm90::fenceOperands(o);
+  }
+
+  // Stage: store. Row sums over both warpgroups' keys, added in the same order by both.
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+  {
+    row[h].l += __shfl_xor_sync(0xffffffffu, row[h].l, 1);
+    row[h].l += __shfl_xor_sync(0xffffffffu, row[h].l, 2);
+    if (t4 == 0)
+      xrow[wg * Cfg::M_TILE + wrow + g + 8 * h] = row[h].l;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+  {
+    if (visRow(h) < 0)
+      continue;  // row past the request
+    int const r = wrow + g + 8 * h;
+    row[h].l = xrow[r] + xrow[Cfg::M_TILE + r];
+    int64_t const gr = info->qo0 * p.num_heads + info->mt * Cfg::M_TILE + r;
+    float const inv = info->tree_too_big ? __int_as_float(0x7fc00000) : 1.f / row[h].l;
+    storeRow<PartialT, Cfg::O_COLS / 8>(p, p.nsplit == 1, gr, info->split, wg * Cfg::O_COLS + t4 * 2, Cfg::O_COLS / 8,
+                                        inv, wg == 0 && t4 == 0, row[h],
+                                        [&](int n, int e) { return o[n * 4 + h * 2 + e]; });
+  }
+}
+
+template <class PartialT>
+__global__ void __launch_bounds__(Sm90Config::THREADS, 1) sm90Kernel(VerifyParams const p, int m_tiles)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  verifyTileSm90<PartialT>(p, blockIdx.y, blockIdx.x % m_tiles, blockIdx.x / m_tiles);
+#else
+  __trap();  // this file is built for sm_90a only; plan() refuses other GPUs before any launch
+#endif
+}
+} // namespace Impl
+
+size_t sm90SharedBytes() { return Impl::Sm90Config::SMEM_BYTES; }
+
+cudaError_t prepareSm90Kernel()
+{
+  static std::once_flag once;
+  static cudaError_t status = cudaSuccess;
+  std::call_once(once, [] {
+    int const bytes = Impl::Sm90Config::SMEM_BYTES;
+    status = cudaFuncSetAttribute(reinterpret_cast<void const *>(Impl::sm90Kernel<float>),
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (status == cudaSuccess)
+      status = cudaFuncSetAttribute(reinterpret_cast<void const *>(Impl::sm90Kernel<__nv_bfloat16>),
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  });
+  return status;
+}
+
+cudaError_t launchVerifySm90(VerifyParams const &p, cudaStream_t stream)
+{
+  return Impl::launchSplit<Impl::Sm90Config>(p, stream, Impl::sm90Kernel<float>, Impl::sm90Kernel<__nv_bfloat16>);
+}
+} // namespace canopy::cuda
