@@ -37,6 +37,8 @@ CudaKernel const SM120_WIDE{"cuda-sm120-w32", "launchVerifySm120Wide", launchVer
                             prepareVerifyKernels, true, SM120_SPLIT_TILE};
 CudaKernel const SM90{"cuda-sm90", "launchVerifySm90", launchVerifySm90, sm90SharedBytes, prepareSm90Kernel, true,
                       SM90_SPLIT_TILE, 90, "wgmma"};
+CudaKernel const SM90_COPY_PV{"cuda-sm90-copypv", "launchVerifySm90CopyDuringPV", launchVerifySm90CopyDuringPV,
+                              sm90SharedBytes, prepareSm90Kernel, true, SM90_SPLIT_TILE, 90, "wgmma"};
 CudaKernel const FLAT{"cuda-flat", "launchVerifyFlat", launchVerifyFlat, flatSharedBytes, prepareVerifyKernels, false,
                       SM120_SPLIT_TILE};
 
@@ -231,6 +233,7 @@ DesignPtr makeSm90Design(bool partial_bf16)
 {
   return std::make_unique<CudaVerifyDesign>(SM90, partial_bf16);
 }
+DesignPtr makeSm90CopyDuringPVDesign() { return std::make_unique<CudaVerifyDesign>(SM90_COPY_PV, false); }
 DesignPtr makeFlatDesign() { return std::make_unique<CudaVerifyDesign>(FLAT, false); }
 } // namespace cuda
 
@@ -254,6 +257,10 @@ void registerCudaDesigns()
                  "with Q, K/V and P in swizzled shared memory, two warpgroups splitting the keys of the scores and "
                  "the columns of the output, cp.async 2-stage; unsupported on other GPUs",
                  [] { return cuda::makeSm90Design(false); });
+  registerDesign("cuda-sm90-copypv",
+                 "cuda-sm90 with the next K/V tile's copies issued during P.V instead of the scores (experimental: "
+                 "the ablation of where the copies go)",
+                 [] { return cuda::makeSm90CopyDuringPVDesign(); }, /*experimental=*/true);
   registerDesign("cuda-flat",
                  "CUDA baseline with SGLang's Triton extend-kernel structure: block per (request, head, "
                  "32-node tile), whole prefix serially, K and V loaded separately",

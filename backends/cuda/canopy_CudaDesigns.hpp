@@ -15,6 +15,8 @@ DesignPtr makeSm120Design(bool partial_bf16 = false);
 DesignPtr makeSm120WideDesign(bool partial_bf16 = false);
 /// \brief cuda-sm90: the Hopper wgmma tile (sm_90 GPUs only; plan reports Unsupported elsewhere).
 DesignPtr makeSm90Design(bool partial_bf16 = false);
+/// \brief cuda-sm90-copypv: cuda-sm90 with the next tile's copies issued during P.V (experimental).
+DesignPtr makeSm90CopyDuringPVDesign();
 /// \brief cuda-flat (never splits, so it has no partials).
 DesignPtr makeFlatDesign();
 

@@ -99,7 +99,16 @@ __device__ __forceinline__ void issueSwizzledRows(KvLoader<Sm90Config> const &ld
   });
 }
 
-template <class PartialT>
+/// When a tile's copies of the next K/V tile are issued: while its score wgmma run (the default:
+/// the copies get the whole tile to land) or while its P.V wgmma run (the tensor cores' P.V leaves
+/// shared-memory bandwidth free, the scores are bound by it; the copies get only the P.V to land).
+enum class Sm90Copy : int
+{
+  kDuringScores = 0,
+  kDuringPV = 1,
+};
+
+template <class PartialT, Sm90Copy COPY>
 __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int mt, int split)
 {
   using Cfg = Sm90Config;
@@ -182,13 +191,17 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
       sm90::wgmmaM64N32<0>(s, sm90::advance(q_desc, koff), sm90::advance(k_desc0, stage + koff), ks > 0);
     }
     sm90::wgmmaCommit();
-    if (j + 1 < ntiles)
-    {
-      issueSwizzledRows(ld, j + 1, kv_base + ((j + 1) & 1) * Cfg::ROWS_BYTES);
-      if (j + 2 < ntiles)
-        ld.issueIndices(j + 2);
-    }
-    cpAsyncCommit();
+    auto issueNext = [&] {
+      if (j + 1 < ntiles)
+      {
+        issueSwizzledRows(ld, j + 1, kv_base + ((j + 1) & 1) * Cfg::ROWS_BYTES);
+        if (j + 2 < ntiles)
+          ld.issueIndices(j + 2);
+      }
+      cpAsyncCommit();
+    };
+    if constexpr (COPY == Sm90Copy::kDuringScores)
+      issueNext();
     sm90::wgmmaWait<0>();
     sm90::fenceOperands(s);
 
@@ -268,6 +281,8 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
       sm90::wgmmaM64N256<1>(o, sm90::advance(p_desc, kk * 32),
                             sm90::advance(v_desc0, stage + kk * 2 * sm90::SWIZZLE_ATOM_BYTES), 1);
     sm90::wgmmaCommit();
+    if constexpr (COPY == Sm90Copy::kDuringPV)
+      issueNext();
     sm90::wgmmaWait<0>();
     sm90::fenceOperands(o);
   }
@@ -297,11 +312,11 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
   }
 }
 
-template <class PartialT>
+template <class PartialT, Sm90Copy COPY>
 __global__ void __launch_bounds__(Sm90Config::THREADS, 1) sm90Kernel(VerifyParams const p, int m_tiles)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  verifyTileSm90<PartialT>(p, blockIdx.y, blockIdx.x % m_tiles, blockIdx.x / m_tiles);
+  verifyTileSm90<PartialT, COPY>(p, blockIdx.y, blockIdx.x % m_tiles, blockIdx.x / m_tiles);
 #else
   __trap();  // this file is built for sm_90a only; plan() refuses other GPUs before any launch
 #endif
@@ -310,23 +325,44 @@ __global__ void __launch_bounds__(Sm90Config::THREADS, 1) sm90Kernel(VerifyParam
 
 size_t sm90SharedBytes() { return Impl::Sm90Config::SMEM_BYTES; }
 
+namespace
+{
+template <Impl::Sm90Copy COPY>
+cudaError_t allowSharedBytes()
+{
+  int const bytes = Impl::Sm90Config::SMEM_BYTES;
+  cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<void const *>(Impl::sm90Kernel<float, COPY>),
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(reinterpret_cast<void const *>(Impl::sm90Kernel<__nv_bfloat16, COPY>),
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  return e;
+}
+} // namespace
+
 cudaError_t prepareSm90Kernel()
 {
   static std::once_flag once;
   static cudaError_t status = cudaSuccess;
   std::call_once(once, [] {
-    int const bytes = Impl::Sm90Config::SMEM_BYTES;
-    status = cudaFuncSetAttribute(reinterpret_cast<void const *>(Impl::sm90Kernel<float>),
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    status = allowSharedBytes<Impl::Sm90Copy::kDuringScores>();
     if (status == cudaSuccess)
-      status = cudaFuncSetAttribute(reinterpret_cast<void const *>(Impl::sm90Kernel<__nv_bfloat16>),
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      status = allowSharedBytes<Impl::Sm90Copy::kDuringPV>();
   });
   return status;
 }
 
 cudaError_t launchVerifySm90(VerifyParams const &p, cudaStream_t stream)
 {
-  return Impl::launchSplit<Impl::Sm90Config>(p, stream, Impl::sm90Kernel<float>, Impl::sm90Kernel<__nv_bfloat16>);
+  using Impl::Sm90Copy;
+  return Impl::launchSplit<Impl::Sm90Config>(p, stream, Impl::sm90Kernel<float, Sm90Copy::kDuringScores>,
+                                             Impl::sm90Kernel<__nv_bfloat16, Sm90Copy::kDuringScores>);
+}
+
+cudaError_t launchVerifySm90CopyDuringPV(VerifyParams const &p, cudaStream_t stream)
+{
+  using Impl::Sm90Copy;
+  return Impl::launchSplit<Impl::Sm90Config>(p, stream, Impl::sm90Kernel<float, Sm90Copy::kDuringPV>,
+                                             Impl::sm90Kernel<__nv_bfloat16, Sm90Copy::kDuringPV>);
 }
 } // namespace canopy::cuda
