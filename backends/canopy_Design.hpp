@@ -28,8 +28,17 @@ enum class WorkspaceStrategy
   kPerCall,     ///< allocated inside run (stream-ordered on CUDA: a graph memory node under capture)
   kGrow         ///< grows during eager warm-up, fixed before capture
 };
-std::string toString(WorkspaceStrategy s);
-WorkspaceStrategy parseWorkspaceStrategy(std::string const &name, std::string const &what = "workspace");
+template <>
+struct EnumNames<WorkspaceStrategy>
+{
+  static constexpr char const *kind = "workspace strategy";
+  static constexpr std::array<std::pair<WorkspaceStrategy, char const *>, 3> table{
+      {{WorkspaceStrategy::kPersistent, "persistent"}, {WorkspaceStrategy::kPerCall, "per-call"}, {WorkspaceStrategy::kGrow, "grow"}}};
+};
+inline WorkspaceStrategy parseWorkspaceStrategy(std::string const &name, std::string const &what = "workspace")
+{
+  return parseEnum<WorkspaceStrategy>(name, what);
+}
 
 /// \brief Upper bounds a design is planned for: one graph bucket. Grid sizes derive from these only.
 struct PlanBounds
@@ -71,6 +80,9 @@ public:
   /// \brief The kernel path the last run took (e.g. "cuda-sm120/mma", "kokkos-team"); a fallback
   /// shows here, so result rows can say what actually ran.
   virtual std::string path() const { return name(); }
+  /// \brief Prefix splits the planned run uses (split-K over the prefix; a design's separate tree
+  /// partial is not counted); 0 for a design without split-K. docs/experiments.md, "nsplit".
+  virtual int splits() const { return 0; }
   /// \brief The kernel paths run() can take, as path() spells them ("<...>" marks a variable part),
   /// for `canopy designs`.
   virtual std::string kernelPaths() const { return name(); }

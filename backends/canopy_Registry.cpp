@@ -24,28 +24,6 @@ std::vector<Entry> &entries()
 }
 } // namespace
 
-std::string toString(WorkspaceStrategy s)
-{
-  switch (s)
-  {
-  case WorkspaceStrategy::kPersistent: return "persistent";
-  case WorkspaceStrategy::kPerCall: return "per-call";
-  case WorkspaceStrategy::kGrow: return "grow";
-  }
-  return "?";
-}
-
-WorkspaceStrategy parseWorkspaceStrategy(std::string const &name, std::string const &what)
-{
-  if (name == "persistent")
-    return WorkspaceStrategy::kPersistent;
-  if (name == "per-call")
-    return WorkspaceStrategy::kPerCall;
-  if (name == "grow")
-    return WorkspaceStrategy::kGrow;
-  throw InputError(what + ": unknown workspace strategy '" + name + "' (expected persistent, per-call or grow)");
-}
-
 void registerDesign(std::string const &name, std::string const &summary, DesignFactory factory, bool experimental)
 {
   for (auto &e : entries())

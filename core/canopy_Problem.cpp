@@ -133,17 +133,6 @@ void fillRandomValues(HostProblem &problem, uint64_t seed, float q_scale, float 
     x = floatToBf16(kv_scale * rng.uniformSigned());
 }
 
-std::string toString(ValueMode mode) { return mode == ValueMode::kTreeDominant ? "tree-dominant" : "random"; }
-
-ValueMode parseValueMode(std::string const &name, std::string const &what)
-{
-  if (name == "random")
-    return ValueMode::kRandom;
-  if (name == "tree-dominant")
-    return ValueMode::kTreeDominant;
-  throw InputError(what + ": expected \"random\" or \"tree-dominant\", got \"" + name + "\"");
-}
-
 void makeTreeDominant(HostProblem &problem, uint64_t seed, double logit)
 {
   SplitMix64 rng(seed ^ 0x9e3779b97f4a7c15ull);

@@ -74,9 +74,18 @@ enum class ValueMode
   kRandom,        ///< uniform random bf16: with a long prefix the tree keys carry little of the attention
   kTreeDominant,  ///< random, then makeTreeDominant: the visible tree keys carry most of it
 };
-std::string toString(ValueMode mode);
+template <>
+struct EnumNames<ValueMode>
+{
+  static constexpr char const *kind = "value mode";
+  static constexpr std::array<std::pair<ValueMode, char const *>, 2> table{
+      {{ValueMode::kRandom, "random"}, {ValueMode::kTreeDominant, "tree-dominant"}}};
+};
 /// \brief "random" or "tree-dominant"; InputError naming \p what otherwise.
-ValueMode parseValueMode(std::string const &name, std::string const &what = "value mode");
+inline ValueMode parseValueMode(std::string const &name, std::string const &what = "value mode")
+{
+  return parseEnum<ValueMode>(name, what);
+}
 
 /// \brief Makes the tree part carry the attention, so that a check sees visibility bugs at any
 /// prefix length: one seeded direction u (unit, 576 wide) is added, scaled by a, to every query row

@@ -162,20 +162,6 @@ ErrorStats compareToReference(std::vector<double> const &ref, uint16_t const *ou
   return e;
 }
 
-std::string toString(Mutation m)
-{
-  switch (m)
-  {
-  case Mutation::kNone: return "correct";
-  case Mutation::kSelfOnly: return "self-only";
-  case Mutation::kCausalTree: return "causal-tree";
-  case Mutation::kSiblingsVisible: return "siblings-visible";
-  case Mutation::kNoPrefix: return "no-prefix";
-  case Mutation::kWrongScale: return "wrong-scale";
-  }
-  return "?";
-}
-
 std::vector<double> mutatedReference(HostProblem const &problem, Mutation mutation)
 {
   BatchRef r = hostRef(problem);

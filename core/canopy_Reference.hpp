@@ -28,7 +28,18 @@ enum class Mutation
   kNoPrefix,         ///< the prefix is ignored
   kWrongScale,       ///< sm_scale * 2
 };
-std::string toString(Mutation m);
+template <>
+struct EnumNames<Mutation>
+{
+  static constexpr char const *kind = "mutation";
+  static constexpr std::array<std::pair<Mutation, char const *>, 6> table{
+      {{Mutation::kNone, "correct"},
+       {Mutation::kSelfOnly, "self-only"},
+       {Mutation::kCausalTree, "causal-tree"},
+       {Mutation::kSiblingsVisible, "siblings-visible"},
+       {Mutation::kNoPrefix, "no-prefix"},
+       {Mutation::kWrongScale, "wrong-scale"}}};
+};
 /// \brief referenceAttention with \p mutation applied (visibility from the batch's tree_parent,
 /// which every layout's generated problem carries).
 std::vector<double> mutatedReference(HostProblem const &problem, Mutation mutation);

@@ -6,28 +6,6 @@
 
 namespace canopy
 {
-std::string toString(MaskLayout layout)
-{
-  switch (layout)
-  {
-  case MaskLayout::kFull: return "full";
-  case MaskLayout::kTree: return "tree";
-  case MaskLayout::kParents: return "parents";
-  }
-  return "?";
-}
-
-MaskLayout parseMaskLayout(std::string const &name, std::string const &what)
-{
-  if (name == "full")
-    return MaskLayout::kFull;
-  if (name == "tree")
-    return MaskLayout::kTree;
-  if (name == "parents")
-    return MaskLayout::kParents;
-  throw InputError(what + ": unknown mask layout '" + name + "' (expected full, tree or parents)");
-}
-
 void validateTree(int32_t const *parent, int64_t size, std::string const &what)
 {
   for (int64_t i = 0; i < size; ++i)

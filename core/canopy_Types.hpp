@@ -2,6 +2,8 @@
 /// \brief Model shape (absorbed MLA), mask layouts and their names.
 #pragma once
 
+#include "canopy_EnumNames.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -29,7 +31,16 @@ enum class MaskLayout
   kParents  ///< no mask: the kernel derives visibility from tree_parent
 };
 
-std::string toString(MaskLayout layout);
+template <>
+struct EnumNames<MaskLayout>
+{
+  static constexpr char const *kind = "mask layout";
+  static constexpr std::array<std::pair<MaskLayout, char const *>, 3> table{
+      {{MaskLayout::kFull, "full"}, {MaskLayout::kTree, "tree"}, {MaskLayout::kParents, "parents"}}};
+};
 /// \brief Parses "full", "tree" or "parents"; throws InputError naming \p what otherwise.
-MaskLayout parseMaskLayout(std::string const &name, std::string const &what = "mask layout");
+inline MaskLayout parseMaskLayout(std::string const &name, std::string const &what = "mask layout")
+{
+  return parseEnum<MaskLayout>(name, what);
+}
 } // namespace canopy

@@ -77,7 +77,7 @@ int writeAndReport(ResultSet const &results, std::string const &dir, std::string
   std::cout << toMarkdownTable(results) << "\n";
   std::cout << what << " " << dir << "/{results.json,results.csv,table.md,table.tex}\n";
   for (auto const &r : results.rows)
-    if (r.status == "FAILED")
+    if (r.status == RowStatus::kFailed)
       return 1;
   return 0;
 }

@@ -66,9 +66,7 @@ SimulatorConfig readSimulatorToml(std::string const &file)
     Table t = root.sub("arrivals");
     std::string mode = toString(c.arrivals);
     t.get("mode", mode);
-    if (mode != "fixed" && mode != "poisson")
-      throw InputError("arrivals.mode: unknown mode '" + mode + "' (expected fixed or poisson)");
-    c.arrivals = mode == "fixed" ? SimulatorConfig::Arrivals::kFixed : SimulatorConfig::Arrivals::kPoisson;
+    c.arrivals = parseEnum<SimulatorConfig::Arrivals>(mode, "arrivals.mode");
     t.get("concurrency", c.concurrency);
     t.get("rate", c.rate);
     t.get("max_running", c.max_running);

@@ -6,8 +6,13 @@
 #include "canopy_BatchStorage.hpp"
 #include "canopy_CudaRuntime.hpp"
 
+#include <type_traits>
+
 namespace canopy::cuda
 {
+template <class T>
+using MutableDeviceBuffer = DeviceBuffer<std::remove_const_t<T>>;
+
 class CudaBatchStorage final : public BatchStorage
 {
 public:
@@ -33,10 +38,10 @@ public:
   cudaStream_t stream() const { return _stream.get(); }
   /// \brief The q rows in use (after setMetadata) and the whole KV pool, for device-side fills by
   /// measuring tools (experiments/lab) that would take seconds to generate on the host.
-  uint16_t *queryData() { return _q.data(); }
+  uint16_t *queryData() { return _buffers.q.data(); }
   size_t queryElements() const;
-  uint16_t *poolData() { return _kv_pool.data(); }
-  size_t poolElements() const { return _kv_pool.size(); }
+  uint16_t *poolData() { return _buffers.kv_pool.data(); }
+  size_t poolElements() const { return _buffers.kv_pool.size(); }
 
 protected:
   void storeMetadata(BatchMetadata const &meta, ModelShape const &shape) override;
@@ -45,15 +50,6 @@ private:
   BatchCapacity _cap;
   Stream _stream;
   BatchRef _meta;  // host fields of the last setMetadata
-  DeviceBuffer<int32_t> _kv_indptr;
-  DeviceBuffer<int64_t> _kv_indices;
-  DeviceBuffer<int64_t> _qo_indptr;
-  DeviceBuffer<int64_t> _out_cache_loc;
-  DeviceBuffer<uint8_t> _custom_mask;
-  DeviceBuffer<int64_t> _mask_indptr;
-  DeviceBuffer<int32_t> _tree_parent;
-  DeviceBuffer<uint16_t> _q;
-  DeviceBuffer<uint16_t> _kv_pool;
-  DeviceBuffer<uint16_t> _out;
+  BatchBuffers<MutableDeviceBuffer> _buffers;
 };
 } // namespace canopy::cuda

@@ -54,6 +54,7 @@ public:
   MemoryKind memory() const override { return MemoryKind::kCudaDevice; }
   bool captureSafe() const override { return true; }
   std::string path() const override { return _path.empty() ? name() : _path; }
+  int splits() const override { return _planned && _kernel.splits ? _nsplit : 0; }
   std::string kernelPaths() const override
   {
     if (!_kernel.splits)

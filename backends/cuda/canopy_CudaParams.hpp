@@ -13,35 +13,11 @@
 
 namespace canopy::cuda
 {
-inline MaskMode toMaskMode(MaskLayout layout)
-{
-  switch (layout)
-  {
-  case MaskLayout::kFull: return MaskMode::kFull;
-  case MaskLayout::kTree: return MaskMode::kTree;
-  case MaskLayout::kParents: return MaskMode::kParents;
-  }
-  return MaskMode::kFull;
-}
-
 /// \brief Params over \p batch's (device) buffers with grid bounds from \p bounds. Workspace unset.
 inline VerifyParams makeVerifyParams(BatchRef const &batch, PlanBounds const &bounds, int nsplit)
 {
   VerifyParams p;
-  p.kv_indptr = batch.kv_indptr;
-  p.kv_indices = batch.kv_indices;
-  p.qo_indptr = batch.qo_indptr;
-  p.out_cache_loc = batch.out_cache_loc;
-  p.custom_mask = batch.custom_mask;
-  p.mask_indptr = batch.mask_indptr;
-  p.tree_parent = batch.tree_parent;
-  p.q = batch.q;
-  p.kv_pool = batch.kv_pool;
-  p.out = batch.out;
-  p.batch_size = batch.batch_size;
-  p.num_heads = batch.num_heads;
-  p.sm_scale = batch.sm_scale;
-  p.mask = toMaskMode(batch.mask_layout);
+  p.batch = batch;
   p.max_batch = bounds.max_batch;
   p.max_tree = bounds.max_tree;
   p.max_nodes = bounds.max_nodes;

@@ -4,7 +4,7 @@
 /// caller's stream and return cudaError_t. No Kokkos, no exceptions; plain g++ can include it.
 #pragma once
 
-#include "canopy_Types.hpp"
+#include "canopy_BatchRef.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -13,14 +13,6 @@
 
 namespace canopy::cuda
 {
-/// Mask layouts as the kernels see them (same order as canopy::MaskLayout).
-enum class MaskMode : int
-{
-  kFull = 0,    ///< custom_mask T x (P+T) per request, tree columns read at offset P
-  kTree = 1,    ///< custom_mask T x T per request
-  kParents = 2  ///< tree_parent only; ancestor bitmasks are built in-kernel
-};
-
 /// Largest tree (T_b) the kernels serve; the one place this limit lives (plan() reports a larger
 /// bound as Unsupported, naming the design and this number). Shared memory does not grow with it:
 /// a CTA keeps the visibility of a window of tree keys for its own nodes (a fixed budget per
@@ -44,34 +36,23 @@ constexpr int SM120_N_TILE = 32;
 constexpr int SM90_M_TILE = 64;
 constexpr int SM90_N_TILE = 64;
 
-/// \brief Everything a verify launch needs. All pointers are device pointers to the native
-/// SGLang-layout buffers (docs/design.md §1); the kernels read them in place, every launch, so a CUDA
-/// graph replays against whatever the buffers hold at replay time.
+/// \brief Everything a verify launch needs: the batch (device pointers to the native SGLang-layout
+/// buffers, docs/design.md §1), row strides, grid bounds and the split workspace. The kernels read
+/// the buffers in place, every launch, so a CUDA graph replays against whatever they hold at replay
+/// time. Row (node, head) of q is at batch.q + (node*H + head) * q_row_stride; slot s of the pool at
+/// batch.kv_pool + s * kv_row_stride (576 used); row (node, head) of out at
+/// batch.out + (node*H + head) * out_row_stride.
 struct VerifyParams
 {
-  int32_t const *kv_indptr = nullptr;      ///< [B+1]
-  int64_t const *kv_indices = nullptr;     ///< [sum P]
-  int64_t const *qo_indptr = nullptr;      ///< [B+1]
-  int64_t const *out_cache_loc = nullptr;  ///< [sum T]
-  uint8_t const *custom_mask = nullptr;    ///< full/tree layouts
-  int64_t const *mask_indptr = nullptr;    ///< [B+1]
-  int32_t const *tree_parent = nullptr;    ///< [sum T], parents layout
-  uint16_t const *q = nullptr;             ///< bf16 bits; row (node, head) at q + (node*H + head) * q_row_stride
-  uint16_t const *kv_pool = nullptr;       ///< bf16 bits; slot s at kv_pool + s * kv_row_stride (576 used)
-  uint16_t *out = nullptr;                 ///< bf16 bits; row (node, head) at out + (node*H + head) * out_row_stride
+  BatchRef batch;
 
   /// Strides in elements; multiples of 8 (16-byte rows for cp.async).
   int64_t q_row_stride = 576;
   int64_t kv_row_stride = 576;
   int64_t out_row_stride = 512;
 
-  int batch_size = 0;   ///< rows of kv_indptr/qo_indptr in use (padded rows included)
-  int num_heads = 8;
-  float sm_scale = 0.f;
-  MaskMode mask = MaskMode::kFull;
-
   /// Grid bounds (the graph bucket): grids derive from these only, never from device values.
-  int max_batch = 0;    ///< >= batch_size
+  int max_batch = 0;    ///< >= batch.batch_size
   int max_tree = 0;     ///< >= every T_b (precondition: a larger tree is not covered by the grid)
   int64_t max_nodes = 0;  ///< >= sum T
 

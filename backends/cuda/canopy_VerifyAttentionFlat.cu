@@ -38,9 +38,9 @@ cudaError_t launchVerifyFlat(VerifyParams const &p, cudaStream_t stream)
   if (q.max_batch == 0 || q.max_tree == 0 || q.max_nodes == 0)
     return cudaSuccess;
   using Cfg = Impl::FlatConfig;
-  if (q.num_heads > 65535)
+  if (q.batch.num_heads > 65535)
     return cudaErrorInvalidConfiguration;
-  dim3 const grid((q.max_tree + Cfg::M_TILE - 1) / Cfg::M_TILE, q.num_heads, q.max_batch);
+  dim3 const grid((q.max_tree + Cfg::M_TILE - 1) / Cfg::M_TILE, q.batch.num_heads, q.max_batch);
   Impl::flatKernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(q);
   return cudaGetLastError();
 }

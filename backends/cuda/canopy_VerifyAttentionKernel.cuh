@@ -283,9 +283,9 @@ __device__ __forceinline__ void buildVisibility(VerifyParams const &p, uint64_t 
                                                 int P, int T, int node_lo, int nodes, VisWindow const w)
 {
   int const tid = threadIdx.x;
-  if (p.mask == MaskMode::kParents)
+  if (p.batch.mask_layout == MaskLayout::kParents)
   {
-    int32_t const *parent = p.tree_parent + qo0;
+    int32_t const *parent = p.batch.tree_parent + qo0;
     for (int li = tid; li < nodes; li += Cfg::THREADS)
     {
       uint64_t *row = vis + li * w.stride;
@@ -306,8 +306,8 @@ __device__ __forceinline__ void buildVisibility(VerifyParams const &p, uint64_t 
   int const warp = tid >> 5, lane = tid & 31;
   int const halves = 2 * w.stride;  // 32-bit words per node row
   int const total = nodes * halves;
-  int64_t const row_len = p.mask == MaskMode::kFull ? static_cast<int64_t>(P) + T : T;
-  int64_t const col0 = p.mask == MaskMode::kFull ? P : 0;
+  int64_t const row_len = p.batch.mask_layout == MaskLayout::kFull ? static_cast<int64_t>(P) + T : T;
+  int64_t const col0 = p.batch.mask_layout == MaskLayout::kFull ? P : 0;
   uint32_t *const words = reinterpret_cast<uint32_t *>(vis);  // little-endian halves of the 64-bit words
   for (int q0 = warp; q0 < total; q0 += Cfg::WARPS * UNROLL)
   {
@@ -318,7 +318,7 @@ __device__ __forceinline__ void buildVisibility(VerifyParams const &p, uint64_t 
       int const q = q0 + u * Cfg::WARPS;
       int const j = w.lo + (q % halves) * 32 + lane;
       seen[u] = q < total && j < T &&
-                p.custom_mask[mask0 + static_cast<int64_t>(node_lo + q / halves) * row_len + col0 + j] != 0;
+                p.batch.custom_mask[mask0 + static_cast<int64_t>(node_lo + q / halves) * row_len + col0 + j] != 0;
     }
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u)
@@ -346,19 +346,19 @@ __device__ __forceinline__ bool beginTile(VerifyParams const &p, int b, int mt, 
   constexpr int M_TILE = Cfg::M_TILE;
   constexpr int N_TILE = Cfg::N_TILE;
   int const tid = threadIdx.x;
-  if (b >= p.batch_size)
+  if (b >= p.batch.batch_size)
     return false;
   // Request-local positions, rows and node ids are 32-bit (kv_indptr itself is int32); only
   // global row and slot offsets are 64-bit. Saves the registers the O accumulators need.
-  int const H = p.num_heads;
-  int64_t const qo0 = p.qo_indptr[b];
-  int const T = static_cast<int>(p.qo_indptr[b + 1] - qo0);
+  int const H = p.batch.num_heads;
+  int64_t const qo0 = p.batch.qo_indptr[b];
+  int const T = static_cast<int>(p.batch.qo_indptr[b + 1] - qo0);
   int const rows_in_req = Cfg::FOLD_HEADS ? T * H : T;
   int const tile_row0 = mt * M_TILE;
   if (tile_row0 >= rows_in_req)
     return false;  // padded row or a tile past this request's tree: nothing to write
-  int const kv0 = p.kv_indptr[b];
-  int const P = p.kv_indptr[b + 1] - kv0;
+  int const kv0 = p.batch.kv_indptr[b];
+  int const P = p.batch.kv_indptr[b + 1] - kv0;
   int const L = P + T;
   int const nsplit = Cfg::FOLD_HEADS ? p.nsplit : 1;
   int chunk = (L + nsplit - 1) / nsplit;
@@ -380,7 +380,7 @@ __device__ __forceinline__ bool beginTile(VerifyParams const &p, int b, int mt, 
   forChunks<M_TILE, Cfg::QK_CHUNKS, THREADS>(tid, [&](int r, int ch) {
     int const rr = tile_row0 + r;
     bool const ok = rr < rows_in_req;
-    uint16_t const *src = ok ? p.q + globalRow(rr) * p.q_row_stride + ch * 8 : p.q;
+    uint16_t const *src = ok ? p.batch.q + globalRow(rr) * p.q_row_stride + ch * 8 : p.batch.q;
     cpAsync16(q_stage + Cfg::qStageOffset(r, ch), src, ok);
   });
   cpAsyncCommit();
@@ -394,7 +394,7 @@ __device__ __forceinline__ bool beginTile(VerifyParams const &p, int b, int mt, 
   // (or a tree past the limit) gets an empty window that no tile runs past.
   bool const build_vis = s1 > P && !tree_too_big;
   VisWindow const win = build_vis ? visWindowFor<Cfg>(s0 > P ? s0 - P : 0, nodes, s1 - P) : VisWindow{0, 1 << 30, 0};
-  int64_t const mask0 = build_vis && p.mask != MaskMode::kParents ? p.mask_indptr[b] : 0;
+  int64_t const mask0 = build_vis && p.batch.mask_layout != MaskLayout::kParents ? p.batch.mask_indptr[b] : 0;
   if (tid == 0)
   {
     TileInfo *const info = sm.info;
@@ -507,7 +507,7 @@ struct KvLoader
   {
     TileInfo const volatile *info = sm.info;
     int const iP = info->P;
-    return pos < iP ? p.kv_indices + info->kv0 + pos : p.out_cache_loc + info->qo0 + (pos - iP);
+    return pos < iP ? p.batch.kv_indices + info->kv0 + pos : p.batch.out_cache_loc + info->qo0 + (pos - iP);
   }
   /// Slot indices of tile j into ring[j & 1], one iteration before its rows are requested, so the
   /// KV cp.async never waits on a dependent global load.
@@ -534,7 +534,7 @@ struct KvLoader
     // multiply-add instead of the 64-bit product (six instructions per copy in the first SASS).
     forChunks<Cfg::N_TILE, CHUNKS, Cfg::THREADS, Cfg::LOAD_UNROLL>(threadIdx.x, [&](int r, int ch) {
       bool const ok = r < rows;
-      void const *src = reinterpret_cast<char const *>(p.kv_pool) +
+      void const *src = reinterpret_cast<char const *>(p.batch.kv_pool) +
                         static_cast<uint64_t>(static_cast<uint32_t>(ok ? slots[r] : 0)) *
                             static_cast<uint32_t>(2 * p.kv_row_stride) +
                         ch * 16;
@@ -594,7 +594,7 @@ __device__ __forceinline__ void storeRow(VerifyParams const &p, bool direct, int
 {
   if (direct)
   {
-    uint16_t *orow = p.out + gr * p.out_row_stride + col;
+    uint16_t *orow = p.batch.out + gr * p.out_row_stride + col;
 #pragma unroll
     for (int n = 0; n < NBLK; ++n)
       if (n < live)
@@ -675,10 +675,10 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
     threadRole<Cfg>(rg_, kh_, g_);
     int const rr = info->mt * M_TILE + rg_ * 16 + g_ + h * 8;
     int const t = info->T;
-    int const rows = Cfg::FOLD_HEADS ? t * p.num_heads : t;
-    return rr < rows ? ((Cfg::FOLD_HEADS ? rr / p.num_heads : rr) - info->node_lo) * info->vis_stride : -1;
+    int const rows = Cfg::FOLD_HEADS ? t * p.batch.num_heads : t;
+    return rr < rows ? ((Cfg::FOLD_HEADS ? rr / p.batch.num_heads : rr) - info->node_lo) * info->vis_stride : -1;
   };
-  float const scale = p.sm_scale * LOG2E;
+  float const scale = p.batch.sm_scale * LOG2E;
 
   // Output columns of this warp: 16-column blocks [kh * PAIRS, kh * PAIRS + npairs).
   int const pair0 = kh * PAIRS;
@@ -883,7 +883,7 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
     threadRole<Cfg>(rg_, kh_, g_);
     int const rr = info->mt * M_TILE + rg_ * 16 + g_ + h * 8;
     int64_t const qo = info->qo0;
-    int64_t const gr = Cfg::FOLD_HEADS ? qo * p.num_heads + rr : (qo + rr) * p.num_heads + head;
+    int64_t const gr = Cfg::FOLD_HEADS ? qo * p.batch.num_heads + rr : (qo + rr) * p.batch.num_heads + head;
     float const inv = info->tree_too_big ? __int_as_float(0x7fc00000) : 1.f / row[h].l;
     storeRow<PartialT, 2 * PAIRS>(p, p.nsplit == 1 || !Cfg::FOLD_HEADS, gr, info->split, kh_ * PAIRS * 16 + t4 * 2,
                                   32 % KS == 0 ? 2 * PAIRS : 2 * npairs, inv, kh_ == 0 && t4 == 0, row[h],

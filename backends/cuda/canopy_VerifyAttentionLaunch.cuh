@@ -28,7 +28,7 @@ cudaError_t launchSplit(VerifyParams const &p, cudaStream_t stream, KernelF32 f3
     return cudaErrorInvalidValue;
   if (p.max_batch == 0 || p.max_tree == 0 || p.max_nodes == 0)
     return cudaSuccess;
-  int64_t const m_tiles = (static_cast<int64_t>(p.max_tree) * p.num_heads + Cfg::M_TILE - 1) / Cfg::M_TILE;
+  int64_t const m_tiles = (static_cast<int64_t>(p.max_tree) * p.batch.num_heads + Cfg::M_TILE - 1) / Cfg::M_TILE;
   int64_t const gx = m_tiles * (p.nsplit);
   if (gx > 0x7fffffff)
     return cudaErrorInvalidConfiguration;

@@ -45,10 +45,10 @@ template <class PartialT>
 __global__ void __launch_bounds__(COMBINE_THREADS) combineKernel(VerifyParams const p)
 {
   int64_t const row = blockIdx.x;
-  if (row >= p.qo_indptr[p.batch_size] * p.num_heads)
+  if (row >= p.batch.qo_indptr[p.batch.batch_size] * p.batch.num_heads)
     return;
   int const c = threadIdx.x * COMBINE_COLS;
-  uint16_t *orow = p.out + row * p.out_row_stride + c;
+  uint16_t *orow = p.batch.out + row * p.out_row_stride + c;
   if (row >= p.partial_rows)
   {
     // Workspace smaller than the batch (grow strategy used past its warm-up size): NaN, never stale.
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(COMBINE_THREADS) combineKernel(VerifyParams co
 
 cudaError_t launchCombine(VerifyParams const &p, cudaStream_t stream)
 {
-  int64_t const rows = p.max_nodes * p.num_heads;
+  int64_t const rows = p.max_nodes * p.batch.num_heads;
   if (p.partial_bf16)
     combineKernel<__nv_bfloat16><<<static_cast<unsigned>(rows), COMBINE_THREADS, 0, stream>>>(p);
   else
@@ -133,18 +133,18 @@ cudaError_t prepareVerifyKernels()
 
 char const *verifyParamsProblem(VerifyParams const &p)
 {
-  if (!p.kv_indptr || !p.qo_indptr || !p.q || !p.kv_pool || !p.out)
+  if (!p.batch.kv_indptr || !p.batch.qo_indptr || !p.batch.q || !p.batch.kv_pool || !p.batch.out)
     return "a required buffer (kv_indptr, qo_indptr, q, kv_pool, out) is null";
-  if (!p.kv_indices || !p.out_cache_loc)
+  if (!p.batch.kv_indices || !p.batch.out_cache_loc)
     return "kv_indices or out_cache_loc is null";
-  if (p.mask == MaskMode::kParents ? !p.tree_parent : (!p.custom_mask || !p.mask_indptr))
+  if (p.batch.mask_layout == MaskLayout::kParents ? !p.batch.tree_parent : (!p.batch.custom_mask || !p.batch.mask_indptr))
     return "the mask layout's buffers (custom_mask + mask_indptr, or tree_parent) are null";
   if (p.q_row_stride < D_QK || p.kv_row_stride < D_QK || p.out_row_stride < D_V || p.q_row_stride % 8 ||
       p.kv_row_stride % 8 || p.out_row_stride % 8)
     return "row strides must cover the row (576 / 576 / 512) and be multiples of 8 elements (16-byte rows)";
-  if (p.num_heads < 1)
+  if (p.batch.num_heads < 1)
     return "num_heads must be >= 1";
-  if (p.batch_size < 0 || p.batch_size > p.max_batch || p.max_batch > 65535)
+  if (p.batch.batch_size < 0 || p.batch.batch_size > p.max_batch || p.max_batch > 65535)
     return "batch_size must be within [0, max_batch] and max_batch <= 65535";
   if (p.max_tree < 0 || p.max_nodes < 0)
     return "max_tree and max_nodes must be >= 0";
@@ -154,7 +154,7 @@ char const *verifyParamsProblem(VerifyParams const &p)
     return "nsplit must be within [1, 256]";
   if (p.nsplit > 1 && (!p.partial_o || !p.partial_lse))
     return "nsplit > 1 needs the split workspace (partial_o, partial_lse)";
-  if (!(p.sm_scale > 0.f))
+  if (!(p.batch.sm_scale > 0.f))
     return "sm_scale must be > 0";
   return nullptr;
 }

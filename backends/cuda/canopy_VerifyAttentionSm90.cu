@@ -91,7 +91,7 @@ __device__ __forceinline__ void issueSwizzledRows(KvLoader<Sm90Config> const &ld
   int const rows = info->s1 - info->s0 - j * Cfg::N_TILE;
   forChunks<Cfg::N_TILE, Cfg::QK_CHUNKS, Cfg::THREADS, Cfg::LOAD_UNROLL>(threadIdx.x, [&](int r, int ch) {
     bool const ok = r < rows;
-    void const *src = reinterpret_cast<char const *>(ld.p.kv_pool) +
+    void const *src = reinterpret_cast<char const *>(ld.p.batch.kv_pool) +
                       static_cast<uint64_t>(static_cast<uint32_t>(ok ? slots[r] : 0)) *
                           static_cast<uint32_t>(2 * ld.p.kv_row_stride) +
                       ch * 16;
@@ -134,7 +134,7 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
   int const wg = tid >> 7;                   // warpgroup: score keys [32 wg, +32), output columns [256 wg, +256)
   int const wrow = ((tid >> 5) & 3) * 16;    // the warp's 16 rows of the tile
   int const lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  float const scale = p.sm_scale * LOG2E;
+  float const scale = p.batch.sm_scale * LOG2E;
 
   // Descriptors. Scores: A = Q (K-major), B = this warpgroup's 32 keys of the stage (K-major); a
   // k-step of 16 columns moves 32 bytes in a block, every 4 steps the next 64-column block.
@@ -150,7 +150,7 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
   // Visibility word offset of the thread's row wrow + g + 8 h; -1 for rows past the request.
   auto visRow = [&](int h) -> int {
     int const rr = info->mt * Cfg::M_TILE + wrow + g + h * 8;
-    return rr < info->T * p.num_heads ? (rr / p.num_heads - info->node_lo) * info->vis_stride : -1;
+    return rr < info->T * p.batch.num_heads ? (rr / p.batch.num_heads - info->node_lo) * info->vis_stride : -1;
   };
 
   float o[Cfg::O_REGS];
@@ -304,7 +304,7 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
       continue;  // row past the request
     int const r = wrow + g + 8 * h;
     row[h].l = xrow[r] + xrow[Cfg::M_TILE + r];
-    int64_t const gr = info->qo0 * p.num_heads + info->mt * Cfg::M_TILE + r;
+    int64_t const gr = info->qo0 * p.batch.num_heads + info->mt * Cfg::M_TILE + r;
     float const inv = info->tree_too_big ? __int_as_float(0x7fc00000) : 1.f / row[h].l;
     storeRow<PartialT, Cfg::O_COLS / 8>(p, p.nsplit == 1, gr, info->split, wg * Cfg::O_COLS + t4 * 2, Cfg::O_COLS / 8,
                                         inv, wg == 0 && t4 == 0, row[h],

@@ -137,7 +137,7 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
   __syncthreads();  // Q staging is free for KV tiles
 
   bool const rg_valid = st.tile_row0 + rg * 32 < st.rows_in_req;
-  float const scale = p.sm_scale * LOG2E;
+  float const scale = p.batch.sm_scale * LOG2E;
 
   float o[2][Cfg::NBLK][4];
 #pragma unroll
@@ -202,7 +202,7 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
     if (info->P - col_h < Cfg::HALF || info->s1 - col_h < Cfg::HALF)
     {
       int const rr = info->mt * M_TILE + rg * 32 + (q >> 1) * 16 + (lane >> 2) + (q & 1) * 8;
-      int const vr = rr < info->T * p.num_heads ? (rr / p.num_heads - info->node_lo) * info->vis_stride : -1;
+      int const vr = rr < info->T * p.batch.num_heads ? (rr / p.batch.num_heads - info->node_lo) * info->vis_stride : -1;
       uint32_t const vm = visibleWindow<Cfg::HALF>(info, vis, vr, col_h) >> (t4 * 2);
       x[0] = vm & 1u ? x[0] : NEG_INF;
       x[1] = vm & 2u ? x[1] : NEG_INF;
@@ -375,10 +375,10 @@ __device__ __forceinline__ void verifyTileWide(VerifyParams const &p, int b, int
     {
       int const r = rg * 32 + m * 16 + (lane >> 2) + h * 8;
       int const rr = info->mt * M_TILE + r;
-      if (rr >= info->T * p.num_heads)
+      if (rr >= info->T * p.batch.num_heads)
         continue;
       float2 const st = stats[r];
-      int64_t const gr = info->qo0 * p.num_heads + rr;
+      int64_t const gr = info->qo0 * p.batch.num_heads + rr;
       float const inv = info->tree_too_big ? __int_as_float(0x7fc00000) : 1.f / st.y;
       storeRow<PartialT, Cfg::NBLK>(p, p.nsplit == 1, gr, info->split, q * Cfg::NBLK * 8 + t4 * 2, Cfg::NBLK, inv,
                                     q == 0 && t4 == 0, SoftmaxState{st.x, st.y},

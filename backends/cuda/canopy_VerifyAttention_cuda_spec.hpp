@@ -1,8 +1,8 @@
 /// \file canopy_VerifyAttention_cuda_spec.hpp
 /// \brief Kokkos::Cuda specialisation of the verify dispatch (backends/kokkos/canopy_VerifyAttention_spec.hpp):
 /// `kokkos-team` on a Kokkos::Cuda instance reaches the hand-written cuda-sm120 tile kernel on
-/// exec.cuda_stream(), Kokkos Kernels style (availability trait + specialisation). Views ->
-/// VerifyParams -> the same launcher the cuda-sm120 design calls. Algo::Portable still runs the
+/// exec.cuda_stream(), Kokkos Kernels style (availability trait + specialisation). The args' BatchRef
+/// -> makeVerifyParams (as the CUDA designs) -> the same launcher the cuda-sm120 design calls. Algo::Portable still runs the
 /// TeamPolicy kernel. Compiled where the build has both a CUDA Kokkos and the CUDA designs.
 #pragma once
 
@@ -36,25 +36,11 @@ struct VerifyAttention<Kokkos::Cuda, TeamTiles, true>
   static VerifyPath run(Kokkos::Cuda const &space, VerifyArgs<MemorySpace> const &a,
                         VerifyWorkspace<MemorySpace> const &ws, VerifyPlan const &plan)
   {
-    cuda::VerifyParams p;
-    p.kv_indptr = a.kv_indptr.data();
-    p.kv_indices = a.kv_indices.data();
-    p.qo_indptr = a.qo_indptr.data();
-    p.out_cache_loc = a.out_cache_loc.data();
-    p.custom_mask = a.custom_mask.data();
-    p.mask_indptr = a.mask_indptr.data();
-    p.tree_parent = a.tree_parent.data();
-    p.q = a.q.data();
-    p.kv_pool = a.kv_pool.data();
-    p.out = a.out.data();
-    p.batch_size = a.batch_size;
-    p.num_heads = a.num_heads;
-    p.sm_scale = a.sm_scale;
-    p.mask = cuda::toMaskMode(a.mask_layout);
-    p.max_batch = plan.max_batch;
-    p.max_tree = plan.max_tree;
-    p.max_nodes = plan.max_nodes;
-    p.nsplit = plan.nsplit;
+    PlanBounds bounds;
+    bounds.max_batch = plan.max_batch;
+    bounds.max_tree = plan.max_tree;
+    bounds.max_nodes = plan.max_nodes;
+    cuda::VerifyParams p = cuda::makeVerifyParams(a.batch, bounds, plan.nsplit);
     // The portable workspace holds (nsplit + 1) x node_capacity x H fp32 rows of O and lse: more
     // than this kernel's nsplit x rows layout, which reuses the memory as plain scratch.
     p.partial_o = ws.partial_out.data();

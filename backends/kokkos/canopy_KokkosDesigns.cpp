@@ -102,7 +102,7 @@ public:
     if (!_planned)
       throw InputError(name() + ": run() before plan()");
     checkWithinPlan(batch);
-    VerifyArgs<MemSpace> const args = wrapBatchRef<MemSpace>(batch, _bounds);
+    VerifyArgs<MemSpace> const args = makeVerifyArgs<MemSpace>(batch, _bounds);
     ExecSpace const &space = _space.get(ctx);
     if (_strategy == WorkspaceStrategy::kPerCall)
     {
@@ -116,6 +116,7 @@ public:
   }
 
   std::string path() const override { return _path; }
+  int splits() const override { return _planned ? _plan.nsplit : 0; }
   std::string kernelPaths() const override
   {
     std::string paths = std::string(Flavor::name()) + " (" + ExecSpace::name() + " TeamPolicy)";

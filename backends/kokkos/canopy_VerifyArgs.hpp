@@ -17,81 +17,56 @@
 
 namespace canopy
 {
-/// \brief One batch as the kernels read it: the native buffers (SGLang dtypes) as unmanaged Views
-/// in \p MemorySpace. Building one never allocates or copies.
+namespace Impl
+{
 template <class MemorySpace>
-struct VerifyArgs
+struct UnmanagedViews
 {
   template <class T>
-  using View = Kokkos::View<T *, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using type = Kokkos::View<T *, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+};
+} // namespace Impl
 
-  int batch_size = 0;  ///< rows of the batch, padded rows included
-  int num_heads = 0;
-  float sm_scale = 0.f;
-  MaskLayout mask_layout = MaskLayout::kFull;
+/// \brief One batch as the kernels read it: the BatchRef it was built from (scalars and raw
+/// pointers) and unmanaged Views over the same buffers (SGLang dtypes) in \p MemorySpace, with the
+/// extents of \p counts (they only matter to Kokkos bounds checking: the kernels index through the
+/// offsets). Building one never allocates or copies.
+template <class MemorySpace>
+struct VerifyArgs : BatchBuffers<Impl::UnmanagedViews<MemorySpace>::template type>
+{
+  BatchRef batch;
 
-  View<int32_t const> kv_indptr;
-  View<int64_t const> kv_indices;
-  View<int64_t const> qo_indptr;
-  View<int64_t const> out_cache_loc;
-  View<uint8_t const> custom_mask;
-  View<int64_t const> mask_indptr;
-  View<int32_t const> tree_parent;
-  View<uint16_t const> q;        ///< bf16 [sum T][H][576]
-  View<uint16_t const> kv_pool;  ///< bf16 [num_slots][576]
-  View<uint16_t> out;            ///< bf16 [sum T][H][512]
+  VerifyArgs() = default;
+  VerifyArgs(BatchRef const &r, BufferCounts const &counts) : batch(r)
+  {
+    forEachBuffer(
+        [&](char const *, BufferExtent extent, auto &view, auto ptr) {
+          view = std::decay_t<decltype(view)>(ptr, static_cast<size_t>(std::max<int64_t>(counts.elements(extent), 0)));
+        },
+        *this, r);
+  }
 };
 
-/// \brief Unmanaged Views over a BatchRef whose pointers live in \p MemorySpace. The extents of
-/// kv_indices and custom_mask are not in a BatchRef; they are bounded by the plan bounds (they only
-/// matter to Kokkos bounds checking: the kernels index through the offsets).
+/// \brief Args over a BatchRef whose pointers live in \p MemorySpace. The lengths of kv_indices and
+/// custom_mask are not in a BatchRef; the plan bounds bound them.
 template <class MemorySpace>
-VerifyArgs<MemorySpace> wrapBatchRef(BatchRef const &r, PlanBounds const &bounds)
+VerifyArgs<MemorySpace> makeVerifyArgs(BatchRef const &r, PlanBounds const &bounds)
 {
-  using A = VerifyArgs<MemorySpace>;
-  auto n = [](int64_t x) { return static_cast<size_t>(std::max<int64_t>(x, 0)); };
-  int64_t const rows = r.batch_size + 1;
-  int64_t const max_prefix_tokens = static_cast<int64_t>(bounds.max_batch) * bounds.max_prefix;
-  int64_t const max_mask = static_cast<int64_t>(bounds.max_batch) * bounds.max_tree * (bounds.max_prefix + bounds.max_tree);
-  A a;
-  a.batch_size = r.batch_size;
-  a.num_heads = r.num_heads;
-  a.sm_scale = r.sm_scale;
-  a.mask_layout = r.mask_layout;
-  a.kv_indptr = typename A::template View<int32_t const>(r.kv_indptr, n(rows));
-  a.kv_indices = typename A::template View<int64_t const>(r.kv_indices, n(max_prefix_tokens));
-  a.qo_indptr = typename A::template View<int64_t const>(r.qo_indptr, n(rows));
-  a.out_cache_loc = typename A::template View<int64_t const>(r.out_cache_loc, n(r.num_nodes));
-  a.custom_mask = typename A::template View<uint8_t const>(r.custom_mask, n(max_mask));
-  a.mask_indptr = typename A::template View<int64_t const>(r.mask_indptr, n(rows));
-  a.tree_parent = typename A::template View<int32_t const>(r.tree_parent, n(r.num_nodes));
-  a.q = typename A::template View<uint16_t const>(r.q, n(r.num_nodes * r.num_heads * D_QK));
-  a.kv_pool = typename A::template View<uint16_t const>(r.kv_pool, n(r.num_slots * D_QK));
-  a.out = typename A::template View<uint16_t>(r.out, n(r.num_nodes * r.num_heads * D_V));
-  return a;
+  BufferCounts c;
+  c.rows = r.batch_size + 1;
+  c.nodes = r.num_nodes;
+  c.prefix_tokens = static_cast<int64_t>(bounds.max_batch) * bounds.max_prefix;
+  c.mask_bytes = static_cast<int64_t>(bounds.max_batch) * bounds.max_tree * (bounds.max_prefix + bounds.max_tree);
+  c.heads = r.num_heads;
+  c.slots = r.num_slots;
+  return VerifyArgs<MemorySpace>(r, c);
 }
 
-/// \brief Unmanaged Views over a VerifyBatch's own (managed) buffers, with their real extents.
+/// \brief Args over a VerifyBatch's own buffers, with their allocated extents.
 template <class MemorySpace>
 VerifyArgs<MemorySpace> makeVerifyArgs(VerifyBatch<MemorySpace> const &batch)
 {
-  BatchRef const r = batch.ref();
-  VerifyArgs<MemorySpace> a;
-  a.batch_size = r.batch_size;
-  a.num_heads = r.num_heads;
-  a.sm_scale = r.sm_scale;
-  a.mask_layout = r.mask_layout;
-  a.kv_indptr = batch.kv_indptr;
-  a.kv_indices = batch.kv_indices;
-  a.qo_indptr = batch.qo_indptr;
-  a.out_cache_loc = batch.out_cache_loc;
-  a.custom_mask = batch.custom_mask;
-  a.mask_indptr = batch.mask_indptr;
-  a.tree_parent = batch.tree_parent;
-  a.q = batch.q;
-  a.kv_pool = batch.kv_pool;
-  a.out = batch.out;
-  return a;
+  return VerifyArgs<MemorySpace>(batch.ref(), batch.capacity().counts());
 }
 
 /// \brief Launch plan: everything that sizes a grid or the workspace comes from the plan bounds

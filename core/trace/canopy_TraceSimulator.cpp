@@ -31,30 +31,6 @@ int64_t LengthDistribution::sample(SplitMix64 &rng) const
   return value;
 }
 
-std::string toString(LengthDistribution::Kind kind)
-{
-  switch (kind)
-  {
-  case LengthDistribution::Kind::kFixed: return "fixed";
-  case LengthDistribution::Kind::kUniform: return "uniform";
-  case LengthDistribution::Kind::kLogNormal: return "lognormal";
-  }
-  return "?";
-}
-
-LengthDistribution::Kind parseLengthKind(std::string const &name, std::string const &what)
-{
-  if (name == "fixed")
-    return LengthDistribution::Kind::kFixed;
-  if (name == "uniform")
-    return LengthDistribution::Kind::kUniform;
-  if (name == "lognormal")
-    return LengthDistribution::Kind::kLogNormal;
-  throw InputError(what + ": unknown distribution '" + name + "' (expected fixed, uniform or lognormal)");
-}
-
-std::string toString(SimulatorConfig::Arrivals a) { return a == SimulatorConfig::Arrivals::kFixed ? "fixed" : "poisson"; }
-
 std::vector<DrafterProfile> const &drafterProfiles()
 {
   // Calibrated by simulating the walk over many steps and matching the published numbers; the

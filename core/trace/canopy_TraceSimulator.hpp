@@ -33,8 +33,18 @@ struct LengthDistribution
   /// \brief Largest value it can produce.
   int64_t upperBound() const { return kind == Kind::kFixed ? value : max; }
 };
-std::string toString(LengthDistribution::Kind kind);
-LengthDistribution::Kind parseLengthKind(std::string const &name, std::string const &what);
+template <>
+struct EnumNames<LengthDistribution::Kind>
+{
+  using K = LengthDistribution::Kind;
+  static constexpr char const *kind = "distribution";
+  static constexpr std::array<std::pair<K, char const *>, 3> table{
+      {{K::kFixed, "fixed"}, {K::kUniform, "uniform"}, {K::kLogNormal, "lognormal"}}};
+};
+inline LengthDistribution::Kind parseLengthKind(std::string const &name, std::string const &what)
+{
+  return parseEnum<LengthDistribution::Kind>(name, what);
+}
 
 struct SimulatorConfig
 {
@@ -91,7 +101,13 @@ struct SimulatorConfig
   uint64_t values_seed = 1;
   float q_scale = 1.0f, kv_scale = 1.0f;
 };
-std::string toString(SimulatorConfig::Arrivals a);
+template <>
+struct EnumNames<SimulatorConfig::Arrivals>
+{
+  using A = SimulatorConfig::Arrivals;
+  static constexpr char const *kind = "arrivals mode";
+  static constexpr std::array<std::pair<A, char const *>, 2> table{{{A::kFixed, "fixed"}, {A::kPoisson, "poisson"}}};
+};
 
 /// \brief A named set of drafter and target parameters (top_k, alpha_*, depth_decay, agreement,
 /// sharpness, max_depth), calibrated against published DDTree statistics (docs/trace-format.md says which).

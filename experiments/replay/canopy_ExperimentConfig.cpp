@@ -14,8 +14,6 @@
 
 namespace canopy
 {
-std::string toString(ExecMode m) { return m == ExecMode::kGraph ? "graph" : "eager"; }
-
 int paddedBucket(std::vector<int> const &buckets, int batch)
 {
   for (int b : buckets)
@@ -173,14 +171,7 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
     if (!modes.empty())
       c.modes.clear();
     for (size_t i = 0; i < modes.size(); ++i)
-    {
-      if (modes[i] == "eager")
-        c.modes.push_back(ExecMode::kEager);
-      else if (modes[i] == "graph")
-        c.modes.push_back(ExecMode::kGraph);
-      else
-        throw InputError("options.mode[" + std::to_string(i) + "]: expected \"eager\" or \"graph\", got \"" + modes[i] + "\"");
-    }
+      c.modes.push_back(parseEnum<ExecMode>(modes[i], "options.mode[" + std::to_string(i) + "]"));
     r.getList("l2_flush", c.l2_flush);
     r.getList("buckets", c.buckets);
     requireAtLeast(c.buckets, 1, "options.buckets");

@@ -32,7 +32,12 @@ enum class ExecMode
   kEager,
   kGraph
 };
-std::string toString(ExecMode m);
+template <>
+struct EnumNames<ExecMode>
+{
+  static constexpr char const *kind = "mode";
+  static constexpr std::array<std::pair<ExecMode, char const *>, 2> table{{{ExecMode::kEager, "eager"}, {ExecMode::kGraph, "graph"}}};
+};
 
 struct ExperimentConfig
 {

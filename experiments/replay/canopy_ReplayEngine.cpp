@@ -135,7 +135,7 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
   std::string why;
   if (!exec.supports(k.mode, *design, &why))
   {
-    row.status = "skipped";
+    row.status = RowStatus::kSkipped;
     row.note = why;
     tick(src.numSteps());
     return;
@@ -231,6 +231,7 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
     row.workspace_bytes = std::max(row.workspace_bytes, static_cast<double>(design->workspaceBytes()));
   }
   row.path = design->path();
+  row.splits = design->splits();
 }
 
 void finishRow(ResultRow &row, RowAccumulator const &acc)
@@ -261,12 +262,12 @@ void finishRow(ResultRow &row, RowAccumulator const &acc)
   row.rel_l2 = acc.rel_l2;
   if (acc.failed)
   {
-    row.status = "FAILED";
+    row.status = RowStatus::kFailed;
     row.note = acc.note;
   }
   else if (acc.unsupported)
   {
-    row.status = "unsupported";
+    row.status = RowStatus::kUnsupported;
     row.note = acc.note;
   }
 }
@@ -314,19 +315,20 @@ ResultSet runExperiment(ExperimentConfig const &c, ProgressFn const &progress)
       Combo const &k = all[ci];
       ResultRow base;
       base.order = static_cast<int64_t>(si * all.size() + ci);
-      base.input = src->label();
       base.design = k.design;
-      base.mask = toString(k.mask);
+      base.axes = src->axes();
+      base.input = inputLabel(base.axes);
+      base.mask = k.mask;
       base.nsplit = k.nsplit;
-      base.workspace = toString(k.workspace);
-      base.mode = toString(k.mode);
+      base.workspace = k.workspace;
+      base.mode = k.mode;
       base.l2_flush = k.l2_flush;
       std::map<int, RowAccumulator> per_bucket;
       if (!buckets.count(k.mask))
         buckets[k.mask] = bucketize(*src, c, k.mask);
       runCombo(c, *src, buckets.at(k.mask), k, refs, steps, base, per_bucket, tick);
       kinds.insert(makeDesign(k.design)->memory());
-      if (base.status == "skipped")
+      if (base.status == RowStatus::kSkipped)
       {
         base.group = "all";
         rs.rows.push_back(base);

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <set>
+#include <type_traits>
 #include <sstream>
 #include <unistd.h>
 
@@ -19,8 +20,8 @@ namespace
 {
 std::string optionsKey(ResultRow const &r)
 {
-  return r.input + "|" + r.group + "|" + r.mask + "|" + std::to_string(r.nsplit) + "|" + r.workspace + "|" + r.mode +
-         "|" + (r.l2_flush ? "1" : "0");
+  return r.input + "|" + r.group + "|" + toString(r.mask) + "|" + std::to_string(r.nsplit) + "|" +
+         toString(r.workspace) + "|" + toString(r.mode) + "|" + (r.l2_flush ? "1" : "0");
 }
 
 std::string fmt(char const *f, double v)
@@ -58,10 +59,10 @@ TableLayout layoutOf(ResultSet const &rs, bool latex)
   std::vector<Column> options{
       {"input", [](auto const &r) { return r.input; }},
       {"group", [](auto const &r) { return r.group; }},
-      {"mask", [](auto const &r) { return r.mask; }},
+      {"mask", [](auto const &r) { return toString(r.mask); }},
       {"NSPLIT", [](auto const &r) { return r.nsplit > 0 ? std::to_string(r.nsplit) : std::string("auto"); }},
-      {"workspace", [](auto const &r) { return r.workspace; }},
-      {"mode", [](auto const &r) { return r.mode; }},
+      {"workspace", [](auto const &r) { return toString(r.workspace); }},
+      {"mode", [](auto const &r) { return toString(r.mode); }},
       {"L2 flush", [](auto const &r) { return std::string(r.l2_flush ? "yes" : "no"); }},
   };
   std::string constants;
@@ -108,7 +109,7 @@ TableLayout layoutOf(ResultSet const &rs, bool latex)
     t.cols.push_back({"workspace (MB)", [](auto const &r) { return fmt("%.2f", r.workspace_bytes * 1e-6); }});
   t.cols.push_back({"speedup", [](auto const &r) { return r.speedup > 0 ? fmt("%.2fx", r.speedup) : "-"; }});
   t.cols.push_back({"rel L2", [](auto const &r) { return r.checked_steps > 0 ? fmt("%.1e", r.rel_l2) : "-"; }});
-  t.cols.push_back({"status", [](auto const &r) { return r.status; }});
+  t.cols.push_back({"status", [](auto const &r) { return toString(r.status); }});
   t.caption = rs.experiment + ": time per verify step, median of " + std::to_string(rs.repetitions) +
               " repetitions per step (p10-p90 spread); speedup = " + rs.baseline + " time / design time, same run";
   if (!constants.empty())
@@ -133,59 +134,35 @@ void computeSpeedups(ResultSet &rs)
 {
   std::map<std::string, double> base;
   for (auto const &r : rs.rows)
-    if (r.design == rs.baseline && r.status == "ok" && r.total_median > 0)
+    if (r.design == rs.baseline && r.status == RowStatus::kOk && r.total_median > 0)
       base[optionsKey(r)] = r.total_median;
   for (auto &r : rs.rows)
   {
     auto it = base.find(optionsKey(r));
-    r.speedup = (it != base.end() && r.status == "ok" && r.total_median > 0) ? it->second / r.total_median : 0;
+    r.speedup = (it != base.end() && r.status == RowStatus::kOk && r.total_median > 0) ? it->second / r.total_median : 0;
   }
 }
 
 std::string toJson(ResultSet const &rs)
 {
-  nlohmann::json j;
+  nlohmann::ordered_json j;
+  j["schema"] = RESULTS_SCHEMA;
   j["experiment"] = rs.experiment;
   j["description"] = rs.description;
   j["baseline"] = rs.baseline;
   j["repetitions"] = rs.repetitions;
   j["environment"] = rs.environment;
-  j["rows"] = nlohmann::json::array();
+  j["rows"] = nlohmann::ordered_json::array();
   for (auto const &r : rs.rows)
   {
-    j["rows"].push_back({{"input", r.input},
-                         {"group", r.group},
-                         {"design", r.design},
-                         {"path", r.path},
-                         {"mask", r.mask},
-                         {"nsplit", r.nsplit},
-                         {"workspace", r.workspace},
-                         {"mode", r.mode},
-                         {"l2_flush", r.l2_flush},
-                         {"status", r.status},
-                         {"note", r.note},
-                         {"steps", r.steps},
-                         {"samples", r.samples},
-                         {"median_s", r.median},
-                         {"p10_s", r.p10},
-                         {"p90_s", r.p90},
-                         {"total_median_s", r.total_median},
-                         {"flops", r.flops},
-                         {"bytes_min", r.bytes},
-                         {"tflops", r.tflops},
-                         {"gbps", r.gbps},
-                         {"roofline_s", r.roofline_s},
-                         {"roofline_fraction", r.roofline_fraction},
-                         {"mma_roofline_s", r.mma_roofline_s},
-                         {"mma_roofline_fraction", r.mma_roofline_fraction},
-                         {"fma_roofline_s", r.fma_roofline_s},
-                         {"fma_roofline_fraction", r.fma_roofline_fraction},
-                         {"speedup", r.speedup},
-                         {"checked_steps", r.checked_steps},
-                         {"max_abs_error", r.max_abs},
-                         {"rel_l2_error", r.rel_l2},
-                         {"workspace_bytes", r.workspace_bytes},
-                         {"order", r.order}});
+    nlohmann::ordered_json o;
+    forEachField(r, [&](char const *key, auto const &v) {
+      if constexpr (std::is_enum_v<std::decay_t<decltype(v)>>)
+        o[key] = toString(v);
+      else
+        o[key] = v;
+    });
+    j["rows"].push_back(std::move(o));
   }
   return j.dump(2) + "\n";
 }
@@ -207,6 +184,11 @@ ResultSet resultSetFromJson(std::string const &text, std::string const &source)
       throw InputError(where + ": missing field \"" + key + "\"");
     return obj.at(key);
   };
+  int const schema = j.is_object() && j.contains("schema") && j["schema"].is_number_integer() ? j["schema"].get<int>() : 1;
+  if (schema != RESULTS_SCHEMA)
+    throw InputError(source + ": results schema " + std::to_string(schema) + " is not the schema " +
+                     std::to_string(RESULTS_SCHEMA) + " this build reads; regenerate it with `canopy run CONFIG --out DIR`" +
+                     (schema < RESULTS_SCHEMA ? " or convert it with `scripts/convert-results FILE`" : ""));
   try
   {
     ResultSet rs;
@@ -220,68 +202,63 @@ ResultSet resultSetFromJson(std::string const &text, std::string const &source)
       throw InputError(source + ": \"rows\" is not an array");
     for (size_t i = 0; i < rows.size(); ++i)
     {
-      where = source + ": rows[" + std::to_string(i) + "]";
-      auto const &o = rows[i];
       ResultRow r;
-      r.input = field(o, "input").get<std::string>();
-      r.group = field(o, "group").get<std::string>();
-      r.design = field(o, "design").get<std::string>();
-      r.path = field(o, "path").get<std::string>();
-      r.mask = field(o, "mask").get<std::string>();
-      r.nsplit = field(o, "nsplit").get<int>();
-      r.workspace = field(o, "workspace").get<std::string>();
-      r.mode = field(o, "mode").get<std::string>();
-      r.l2_flush = field(o, "l2_flush").get<bool>();
-      r.status = field(o, "status").get<std::string>();
-      r.note = field(o, "note").get<std::string>();
-      r.steps = field(o, "steps").get<int64_t>();
-      r.samples = field(o, "samples").get<int64_t>();
-      r.median = field(o, "median_s").get<double>();
-      r.p10 = field(o, "p10_s").get<double>();
-      r.p90 = field(o, "p90_s").get<double>();
-      r.total_median = field(o, "total_median_s").get<double>();
-      r.flops = field(o, "flops").get<double>();
-      r.bytes = field(o, "bytes_min").get<double>();
-      r.tflops = field(o, "tflops").get<double>();
-      r.gbps = field(o, "gbps").get<double>();
-      r.roofline_s = field(o, "roofline_s").get<double>();
-      r.roofline_fraction = field(o, "roofline_fraction").get<double>();
-      r.mma_roofline_s = field(o, "mma_roofline_s").get<double>();
-      r.mma_roofline_fraction = field(o, "mma_roofline_fraction").get<double>();
-      // Results written before the fp32 FMA bound existed have no such fields.
-      r.fma_roofline_s = o.value("fma_roofline_s", 0.0);
-      r.fma_roofline_fraction = o.value("fma_roofline_fraction", 0.0);
-      r.speedup = field(o, "speedup").get<double>();
-      r.checked_steps = field(o, "checked_steps").get<int64_t>();
-      r.max_abs = field(o, "max_abs_error").get<double>();
-      r.rel_l2 = field(o, "rel_l2_error").get<double>();
-      r.workspace_bytes = field(o, "workspace_bytes").get<double>();
-      r.order = field(o, "order").get<int64_t>();
-      rs.rows.push_back(r);
+      forEachField(r, [&](char const *key, auto &v) {
+        where = source + ": rows[" + std::to_string(i) + "]";
+        auto const &value = field(rows[i], key);
+        where += std::string(".") + key;
+        if constexpr (std::is_enum_v<std::decay_t<decltype(v)>>)
+          v = parseEnum<std::decay_t<decltype(v)>>(value.get<std::string>(), where);
+        else
+          value.get_to(v);
+      });
+      rs.rows.push_back(std::move(r));
     }
     return rs;
   }
   catch (nlohmann::json::exception const &e)
   {
-    throw InputError(where + ": a field has the wrong type (" + e.what() + ")");
+    throw InputError(where + ": wrong type (" + e.what() + ")");
   }
+}
+
+std::string csvCell(std::string const &s)
+{
+  if (s.find_first_of(",\"\n\r") == std::string::npos && (s.empty() || (s.front() != ' ' && s.back() != ' ')))
+    return s;
+  std::string o = "\"";
+  for (char c : s)
+    o += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return o + "\"";
 }
 
 std::string toCsv(ResultSet const &rs)
 {
-  std::ostringstream o;
-  o << "input,group,design,path,mask,nsplit,workspace,mode,l2_flush,status,steps,samples,median_s,p10_s,p90_s,"
-       "total_median_s,flops,bytes_min,tflops,gbps,roofline_fraction,mma_roofline_fraction,fma_roofline_fraction,speedup,checked_steps,max_abs_error,rel_l2_error,"
-       "workspace_bytes\n";
-  auto q = [](std::string const &s) { return "\"" + s + "\""; };
+  std::string header;
+  ResultRow const columns;
+  forEachField(columns, [&](char const *key, auto const &) { header += (header.empty() ? "" : ",") + csvCell(key); });
+  std::string out = header + "\n";
   for (auto const &r : rs.rows)
-    o << q(r.input) << "," << q(r.group) << "," << r.design << "," << q(r.path) << "," << r.mask << "," << r.nsplit << ","
-      << r.workspace << "," << r.mode << "," << (r.l2_flush ? 1 : 0) << "," << r.status << "," << r.steps << ","
-      << r.samples << "," << r.median << "," << r.p10 << "," << r.p90 << "," << r.total_median << "," << r.flops << ","
-      << r.bytes << "," << r.tflops << "," << r.gbps << "," << r.roofline_fraction << "," << r.mma_roofline_fraction << "," << r.fma_roofline_fraction
-      << "," << r.speedup << ","
-      << r.checked_steps << "," << r.max_abs << "," << r.rel_l2 << "," << r.workspace_bytes << "\n";
-  return o.str();
+  {
+    std::string line;
+    forEachField(r, [&](char const *, auto const &v) {
+      using T = std::decay_t<decltype(v)>;
+      std::string cell;
+      if constexpr (std::is_enum_v<T>)
+        cell = toString(v);
+      else if constexpr (std::is_same_v<T, std::string>)
+        cell = v;
+      else if constexpr (std::is_same_v<T, bool>)
+        cell = v ? "true" : "false";
+      else if constexpr (std::is_floating_point_v<T>)
+        cell = fmt("%.17g", v);
+      else
+        cell = std::to_string(v);
+      line += (line.empty() ? "" : ",") + csvCell(cell);
+    });
+    out += line + "\n";
+  }
+  return out;
 }
 
 std::string toMarkdownTable(ResultSet const &rs)
@@ -304,8 +281,8 @@ std::string toMarkdownTable(ResultSet const &rs)
   }
   std::set<std::string> notes;
   for (auto const &r : rs.rows)
-    if (!r.note.empty() && notes.insert(r.design + r.mode + r.note).second)
-      o << "\n- " << r.design << " (" << r.mode << "): " << r.note;
+    if (!r.note.empty() && notes.insert(r.design + toString(r.mode) + r.note).second)
+      o << "\n- " << r.design << " (" << toString(r.mode) << "): " << r.note;
   if (rs.environment.count("device"))
     o << "\n\nMeasured on: " << rs.environment.at("device") << "; git " << rs.environment.at("git") << ".\n";
   return o.str();

@@ -2,22 +2,69 @@
 /// \brief Result rows of an experiment and their writers: results.json/.csv, table.md, table.tex.
 #pragma once
 
+#include "canopy_Design.hpp"
+#include "canopy_EnumNames.hpp"
+#include "canopy_ExperimentConfig.hpp"
+#include "canopy_Problem.hpp"
+#include "canopy_Types.hpp"
+
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
 
 namespace canopy
 {
+/// The results.json schema this build writes and reads (see docs/experiments.md).
+constexpr int RESULTS_SCHEMA = 2;
+
+enum class RowStatus
+{
+  kOk,          ///< checked (where asked) and timed
+  kFailed,      ///< the output did not match the reference (the note says where)
+  kSkipped,     ///< the executor cannot run the design in this mode (the note says why)
+  kUnsupported  ///< the design cannot serve a bucket's shape (the note says why)
+};
+template <>
+struct EnumNames<RowStatus>
+{
+  static constexpr char const *kind = "status";
+  static constexpr std::array<std::pair<RowStatus, char const *>, 4> table{{{RowStatus::kOk, "ok"},
+                                                                            {RowStatus::kFailed, "FAILED"},
+                                                                            {RowStatus::kSkipped, "skipped"},
+                                                                            {RowStatus::kUnsupported, "unsupported"}}};
+};
+
+/// \brief What a row was measured on, as fields: a synthetic shape's sweep axes, or for a trace its
+/// file and the largest batch, tree and prefix over its steps.
+struct InputAxes
+{
+  std::string trace;  ///< trace file; empty for a synthetic shape
+  int batch = 0;
+  int heads = 0;
+  int tree = 0;
+  int64_t prefix = 0;
+  bool ragged = false;     ///< per-request P and T vary
+  bool compacted = false;  ///< synthetic KV slots without fragmentation
+  ValueMode values = ValueMode::kRandom;
+  bool recorded_values = false;  ///< a trace's own q, pool and expected output
+};
+
 /// \brief One row: (design, options, input group). Times in seconds per verify step.
 struct ResultRow
 {
-  std::string input;     ///< trace file or synthetic shape label
-  std::string group;     ///< "all" or the padded bucket
-  std::string design, path;
-  std::string mask, workspace, mode;
-  int nsplit = 0;
+  std::string input;  ///< display label of the input, for tables; scripts read the axes
+  std::string group;  ///< "all" or the padded bucket
+  InputAxes axes;
+  std::string design;
+  std::string path;   ///< the kernel path that ran (Design::path)
+  int splits = 0;     ///< prefix splits the design ran with (Design::splits; 0: no split-K)
+  MaskLayout mask = MaskLayout::kFull;
+  int nsplit = 0;     ///< the requested split count (0: the design chooses)
+  WorkspaceStrategy workspace = WorkspaceStrategy::kPersistent;
+  ExecMode mode = ExecMode::kEager;
   bool l2_flush = false;
-  std::string status = "ok";  ///< ok | FAILED (vs reference) | skipped (with note)
+  RowStatus status = RowStatus::kOk;
   std::string note;
   int64_t steps = 0;
   int64_t samples = 0;
@@ -38,6 +85,56 @@ struct ResultRow
   int64_t order = 0;  ///< position in the unsharded run (input, then option combination, then design)
 };
 
+/// \brief The one mapping between a ResultRow and its named columns (results.json keys, results.csv
+/// header): calls f(key, field) for every field, in column order. \p Row is ResultRow, const or not.
+template <class Row, class F>
+void forEachField(Row &r, F &&f)
+{
+  f("input", r.input);
+  f("group", r.group);
+  f("trace", r.axes.trace);
+  f("batch", r.axes.batch);
+  f("heads", r.axes.heads);
+  f("tree", r.axes.tree);
+  f("prefix", r.axes.prefix);
+  f("ragged", r.axes.ragged);
+  f("compacted", r.axes.compacted);
+  f("values", r.axes.values);
+  f("recorded_values", r.axes.recorded_values);
+  f("design", r.design);
+  f("path", r.path);
+  f("splits", r.splits);
+  f("mask", r.mask);
+  f("nsplit", r.nsplit);
+  f("workspace", r.workspace);
+  f("mode", r.mode);
+  f("l2_flush", r.l2_flush);
+  f("status", r.status);
+  f("note", r.note);
+  f("steps", r.steps);
+  f("samples", r.samples);
+  f("median_s", r.median);
+  f("p10_s", r.p10);
+  f("p90_s", r.p90);
+  f("total_median_s", r.total_median);
+  f("flops", r.flops);
+  f("bytes_min", r.bytes);
+  f("tflops", r.tflops);
+  f("gbps", r.gbps);
+  f("roofline_s", r.roofline_s);
+  f("roofline_fraction", r.roofline_fraction);
+  f("mma_roofline_s", r.mma_roofline_s);
+  f("mma_roofline_fraction", r.mma_roofline_fraction);
+  f("fma_roofline_s", r.fma_roofline_s);
+  f("fma_roofline_fraction", r.fma_roofline_fraction);
+  f("speedup", r.speedup);
+  f("checked_steps", r.checked_steps);
+  f("max_abs_error", r.max_abs);
+  f("rel_l2_error", r.rel_l2);
+  f("workspace_bytes", r.workspace_bytes);
+  f("order", r.order);
+}
+
 struct ResultSet
 {
   std::string experiment, description, baseline;
@@ -46,14 +143,18 @@ struct ResultSet
   std::vector<ResultRow> rows;
 };
 
-/// \brief Reads what toJson wrote; throws InputError naming \p source and the bad field.
+/// \brief Reads what toJson wrote; throws InputError naming \p source and the bad field, and one
+/// saying how to regenerate or convert the file when its schema is not RESULTS_SCHEMA.
 ResultSet resultSetFromJson(std::string const &text, std::string const &source);
 
 /// \brief Fills ResultRow::speedup against \p baseline, matching input, group and options.
 void computeSpeedups(ResultSet &results);
 
 std::string toJson(ResultSet const &results);
+/// \brief One CSV row per result row, the columns of forEachField; a cell with a comma, quote,
+/// line break or edge space is quoted (RFC 4180).
 std::string toCsv(ResultSet const &results);
+std::string csvCell(std::string const &text);
 std::string toMarkdownTable(ResultSet const &results);
 std::string toLatexTable(ResultSet const &results);
 

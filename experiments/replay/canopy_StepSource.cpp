@@ -11,6 +11,8 @@
 #endif
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <filesystem>
 
 namespace canopy
@@ -21,12 +23,17 @@ class SyntheticSource final : public StepSource
 {
 public:
   SyntheticSource(GeneratorOptions opt, int steps) : _opt(opt), _steps(steps) {}
-  std::string label() const override
+  InputAxes axes() const override
   {
-    return "B=" + std::to_string(_opt.batch) + " H=" + std::to_string(_opt.num_heads) + " T=" +
-           std::to_string(_opt.tree_size) + " P=" + prefixLabel(_opt.prefix_len) + (_opt.ragged ? " ragged" : "") +
-           (_opt.pool_slack <= 1.0 && _opt.mean_run >= 1e9 ? " compacted" : "") +
-           (_opt.values == ValueMode::kTreeDominant ? " tree-dominant" : "");
+    InputAxes a;
+    a.batch = _opt.batch;
+    a.heads = _opt.num_heads;
+    a.tree = _opt.tree_size;
+    a.prefix = _opt.prefix_len;
+    a.ragged = _opt.ragged;
+    a.compacted = _opt.pool_slack <= 1.0 && _opt.mean_run >= 1e9;
+    a.values = _opt.values;
+    return a;
   }
   int64_t numSteps() const override { return _steps; }
   StepShape shape(int64_t s, MaskLayout layout) const override
@@ -45,10 +52,6 @@ private:
     o.with_values = values;
     return generateProblem(o);
   }
-  static std::string prefixLabel(int64_t p)
-  {
-    return (p >= 1024 && p % 1024 == 0) ? std::to_string(p / 1024) + "K" : std::to_string(p);
-  }
   GeneratorOptions _opt;
   int _steps;
 };
@@ -58,13 +61,36 @@ class TraceSource final : public StepSource
 {
 public:
   TraceSource(std::string const &path, int64_t max_steps, uint64_t seed)
-      : _reader(path), _label(std::filesystem::path(path).filename().string()), _seed(seed)
+      : _reader(path), _path(path), _seed(seed)
   {
     _steps = _reader.numSteps();
     if (max_steps > 0)
       _steps = std::min(_steps, max_steps);
   }
-  std::string label() const override { return _label; }
+  InputAxes axes() const override
+  {
+    if (!_axes.trace.empty())
+      return _axes;
+    InputAxes &a = _axes;  // every step's metadata is read once
+    a.trace = _path;
+    a.heads = _reader.info().shape.num_heads;
+    a.recorded_values = recordedValues();
+    int64_t min_tree = INT64_MAX, min_prefix = INT64_MAX;
+    for (int64_t s = 0; s < _steps; ++s)
+    {
+      BatchMetadata const m = _reader.stepMetadata(s, MaskLayout::kParents);
+      a.batch = std::max(a.batch, m.batchSize());
+      for (int b = 0; b < m.batchSize(); ++b)
+      {
+        min_tree = std::min(min_tree, m.treeSize(b));
+        min_prefix = std::min(min_prefix, m.prefixLen(b));
+      }
+      a.tree = std::max<int>(a.tree, static_cast<int>(m.maxTreeSize()));
+      a.prefix = std::max(a.prefix, m.maxPrefixLen());
+    }
+    a.ragged = min_tree < a.tree || min_prefix < a.prefix;
+    return a;
+  }
   int64_t numSteps() const override { return _steps; }
   StepShape shape(int64_t s, MaskLayout layout) const override
   {
@@ -126,7 +152,8 @@ public:
 
 private:
   TraceReader _reader;
-  std::string _label;
+  std::string _path;
+  mutable InputAxes _axes;
   uint64_t _seed;
   int64_t _steps = 0;
   mutable std::vector<uint16_t> _pool;
@@ -134,6 +161,16 @@ private:
 };
 #endif
 } // namespace
+
+std::string inputLabel(InputAxes const &a)
+{
+  if (!a.trace.empty())
+    return std::filesystem::path(a.trace).filename().string();
+  auto const p = a.prefix >= 1024 && a.prefix % 1024 == 0 ? std::to_string(a.prefix / 1024) + "K" : std::to_string(a.prefix);
+  return "B=" + std::to_string(a.batch) + " H=" + std::to_string(a.heads) + " T=" + std::to_string(a.tree) + " P=" + p +
+         (a.ragged ? " ragged" : "") + (a.compacted ? " compacted" : "") +
+         (a.values == ValueMode::kTreeDominant ? " tree-dominant" : "");
+}
 
 std::unique_ptr<StepSource> makeTraceSource(std::string const &path, int64_t max_steps, uint64_t seed)
 {

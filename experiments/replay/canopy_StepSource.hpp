@@ -5,6 +5,7 @@
 #include "canopy_ExperimentConfig.hpp"
 #include "canopy_Generator.hpp"
 #include "canopy_Problem.hpp"
+#include "canopy_Results.hpp"
 
 #include <memory>
 #include <string>
@@ -20,11 +21,17 @@ struct StepShape
   int num_heads = 0;
 };
 
+/// \brief "B=8 H=8 T=65 P=16K ragged" for a synthetic shape, the file name for a trace: for tables only.
+std::string inputLabel(InputAxes const &axes);
+
 class StepSource
 {
 public:
   virtual ~StepSource() = default;
-  virtual std::string label() const = 0;
+  /// \brief What the steps are, as fields (result rows carry them).
+  virtual InputAxes axes() const = 0;
+  /// \brief The display label of axes() (table rows).
+  std::string label() const { return inputLabel(axes()); }
   virtual int64_t numSteps() const = 0;
   /// \brief Metadata and sizes only (no values): what sizes a bucket's static buffers.
   virtual StepShape shape(int64_t step, MaskLayout layout) const = 0;

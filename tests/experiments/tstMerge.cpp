@@ -86,7 +86,7 @@ TEST(Shards, mergedShardsGiveTheRowsOfOneRun)
   ASSERT_EQ(whole.rows.size(), 8u);
   for (auto const &r : whole.rows)
   {
-    EXPECT_EQ(r.status, "ok") << r.design << " " << r.input << ": " << r.note;
+    EXPECT_EQ(r.status, RowStatus::kOk) << r.design << " " << r.input << ": " << r.note;
     EXPECT_GT(r.checked_steps, 0);
     EXPECT_GT(r.rel_l2, 0);
   }
@@ -174,7 +174,7 @@ TEST(Shards, unreadableResultsNameTheFileAndField)
   EXPECT_THROW(resultSetFromJson("{not json", "a/results.json"), InputError);
   try
   {
-    resultSetFromJson(R"({"experiment": "x", "description": "", "baseline": "", "repetitions": 1,
+    resultSetFromJson(R"({"schema": 2, "experiment": "x", "description": "", "baseline": "", "repetitions": 1,
                           "environment": {}, "rows": [{"input": "i"}]})",
                       "b/results.json");
     ADD_FAILURE() << "accepted a row without its fields";

@@ -71,7 +71,7 @@ TEST(Replay, rowsPerCombinationAndBucket)
   for (auto const &r : rs.rows)
   {
     EXPECT_EQ(r.group, "bucket 4");
-    EXPECT_EQ(r.status, "ok") << r.note;
+    EXPECT_EQ(r.status, RowStatus::kOk) << r.note;
     EXPECT_EQ(r.steps, 2);
     EXPECT_EQ(r.samples, 4);
     EXPECT_EQ(r.checked_steps, 2);
@@ -124,15 +124,15 @@ TEST(Replay, aDesignThatCannotServeAShapeIsReportedAndTheOthersRun)
   ASSERT_EQ(rs.rows.size(), 4u);
   for (auto const &r : rs.rows)
   {
-    SCOPED_TRACE(r.design + " " + r.mask);
+    SCOPED_TRACE(r.design + " " + toString(r.mask));
     if (r.design == "test-small-trees")
     {
-      EXPECT_EQ(r.status, "unsupported");
+      EXPECT_EQ(r.status, RowStatus::kUnsupported);
       EXPECT_NE(r.note.find("exceed its 4"), std::string::npos) << r.note;
     }
     else
     {
-      EXPECT_EQ(r.status, "ok");
+      EXPECT_EQ(r.status, RowStatus::kOk);
       EXPECT_GT(r.checked_steps, 0);
     }
   }
@@ -152,12 +152,12 @@ TEST(Replay, wrongDesignIsMarkedFailed)
   {
     if (r.design == "test-wrong")
     {
-      EXPECT_EQ(r.status, "FAILED");
+      EXPECT_EQ(r.status, RowStatus::kFailed);
       EXPECT_EQ(r.samples, 0) << "a failing design must not be timed";
       EXPECT_NE(r.note.find("rel L2"), std::string::npos);
     }
     else
-      EXPECT_EQ(r.status, "ok");
+      EXPECT_EQ(r.status, RowStatus::kOk);
   }
 }
 

@@ -1,6 +1,7 @@
 /// \file tstResults.cpp
 /// \brief Statistics, speedups and the table/JSON/CSV writers.
 #include "canopy_Results.hpp"
+#include "canopy_Error.hpp"
 #include "canopy_Statistics.hpp"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <tuple>
+#include <vector>
 
 namespace
 {
@@ -40,10 +44,10 @@ ResultSet sample()
   a.group = "all";
   a.design = "slow";
   a.path = "slow";
-  a.mask = "full";
+  a.mask = MaskLayout::kFull;
   a.nsplit = 4;
-  a.workspace = "persistent";
-  a.mode = "eager";
+  a.workspace = WorkspaceStrategy::kPersistent;
+  a.mode = ExecMode::kEager;
   a.samples = 5;
   a.median = 2e-3;
   a.p10 = 1.9e-3;
@@ -56,10 +60,10 @@ ResultSet sample()
   b.median = 5e-4;
   b.total_median = 1e-3;
   ResultRow c = b;
-  c.mask = "tree";  // no baseline row with this mask: no speedup
+  c.mask = MaskLayout::kTree;  // no baseline row with this mask: no speedup
   ResultRow d = a;
   d.design = "broken";
-  d.status = "FAILED";
+  d.status = RowStatus::kFailed;
   d.note = "step 3: rel L2 0.5";
   rs.rows = {a, b, c, d};
   return rs;
@@ -109,7 +113,7 @@ TEST(Results, mmaSyncRooflineColumnOnlyWhereMeasured)
   EXPECT_NE(md.find("| mma.sync roofline % |"), std::string::npos) << md;
   EXPECT_NE(md.find("| 25.0 | 31.0 |"), std::string::npos) << md;
   EXPECT_NE(toLatexTable(rs).find("mma.sync roofline \\%"), std::string::npos);
-  EXPECT_NE(toCsv(rs).find("roofline_fraction,mma_roofline_fraction,fma_roofline_fraction,speedup"), std::string::npos);
+  EXPECT_NE(toCsv(rs).find("mma_roofline_s,mma_roofline_fraction,fma_roofline_s,fma_roofline_fraction,speedup"), std::string::npos);
   EXPECT_NE(toJson(rs).find("\"mma_roofline_fraction\": 0.31"), std::string::npos);
 }
 
@@ -130,5 +134,165 @@ TEST(Results, jsonCsvAndAtomicFiles)
   for (auto const &e : std::filesystem::directory_iterator(dir))
     EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << "temporary left behind";
   std::filesystem::remove_all(dir);
+}
+/// Every field set by name to a value no other field has (bools and enums away from their defaults).
+ResultRow distinctRow()
+{
+  ResultRow r;
+  r.input = "B=1 H=2, \"quoted\"";
+  r.group = "bucket 8";
+  r.axes.trace = "data/t,1.h5";
+  r.axes.batch = 3;
+  r.axes.heads = 5;
+  r.axes.tree = 7;
+  r.axes.prefix = 11;
+  r.axes.ragged = true;
+  r.axes.compacted = true;
+  r.axes.values = ValueMode::kTreeDominant;
+  r.axes.recorded_values = true;
+  r.design = "cuda-x";
+  r.path = "cuda-x/mma-split13-f32/tree";
+  r.splits = 13;
+  r.mask = MaskLayout::kParents;
+  r.nsplit = 17;
+  r.workspace = WorkspaceStrategy::kGrow;
+  r.mode = ExecMode::kGraph;
+  r.l2_flush = true;
+  r.status = RowStatus::kUnsupported;
+  r.note = "line one\nline two";
+  r.steps = 19;
+  r.samples = 23;
+  r.median = 1.25e-5;
+  r.p10 = 1.5e-5;
+  r.p90 = 1.75e-5;
+  r.total_median = 2.25e-4;
+  r.flops = 3.5e12;
+  r.bytes = 4.5e9;
+  r.tflops = 5.5;
+  r.gbps = 6.5;
+  r.roofline_s = 7.5e-6;
+  r.roofline_fraction = 0.125;
+  r.mma_roofline_s = 8.5e-6;
+  r.mma_roofline_fraction = 0.375;
+  r.fma_roofline_s = 9.5e-6;
+  r.fma_roofline_fraction = 0.625;
+  r.speedup = 1.875;
+  r.checked_steps = 29;
+  r.max_abs = 0.0078125;
+  r.rel_l2 = 0.00390625;
+  r.workspace_bytes = 31.0;
+  r.order = 37;
+  return r;
+}
+
+auto fields(ResultRow const &r)
+{
+  return std::tie(r.input, r.group, r.axes.trace, r.axes.batch, r.axes.heads, r.axes.tree, r.axes.prefix, r.axes.ragged,
+                  r.axes.compacted, r.axes.values, r.axes.recorded_values, r.design, r.path, r.splits, r.mask, r.nsplit,
+                  r.workspace, r.mode, r.l2_flush, r.status, r.note, r.steps, r.samples, r.median, r.p10, r.p90,
+                  r.total_median, r.flops, r.bytes, r.tflops, r.gbps, r.roofline_s, r.roofline_fraction, r.mma_roofline_s,
+                  r.mma_roofline_fraction, r.fma_roofline_s, r.fma_roofline_fraction, r.speedup, r.checked_steps, r.max_abs,
+                  r.rel_l2, r.workspace_bytes, r.order);
+}
+
+/// RFC 4180 records of \p csv (quoted cells may hold commas, quotes and line breaks).
+std::vector<std::vector<std::string>> parseCsv(std::string const &csv, std::vector<bool> *quoted = nullptr)
+{
+  std::vector<std::vector<std::string>> rows(1);
+  std::string cell;
+  bool in_quotes = false, was_quoted = false;
+  auto endCell = [&] {
+    rows.back().push_back(cell);
+    if (quoted)
+      quoted->push_back(was_quoted);
+    cell.clear();
+    was_quoted = false;
+  };
+  for (size_t i = 0; i < csv.size(); ++i)
+  {
+    char const c = csv[i];
+    if (in_quotes && c == '"' && i + 1 < csv.size() && csv[i + 1] == '"')
+      cell += csv[++i];
+    else if (c == '"')
+      in_quotes = !in_quotes, was_quoted = true;
+    else if (!in_quotes && c == ',')
+      endCell();
+    else if (!in_quotes && c == '\n')
+    {
+      endCell();
+      rows.emplace_back();
+    }
+    else
+      cell += c;
+  }
+  rows.pop_back();  // after the last line break
+  return rows;
+}
+
+TEST(Results, everyFieldRoundTripsThroughJsonAndCsv)
+{
+  ResultSet rs = sample();
+  rs.rows = {distinctRow()};
+  ResultSet const back = resultSetFromJson(toJson(rs), "round trip");
+  ASSERT_EQ(back.rows.size(), 1u);
+  EXPECT_TRUE(fields(back.rows[0]) == fields(rs.rows[0])) << toJson(back);
+
+  auto const row_json = nlohmann::ordered_json::parse(toJson(rs))["rows"][0];
+  std::vector<bool> quoted;
+  auto const csv = parseCsv(toCsv(rs), &quoted);
+  ASSERT_EQ(csv.size(), 2u) << "header and one row (the note's line break stays inside its quotes)";
+  ASSERT_EQ(csv[0].size(), row_json.size());
+  ASSERT_EQ(csv[1].size(), row_json.size());
+  size_t i = 0;
+  for (auto const &[key, value] : row_json.items())
+  {
+    EXPECT_EQ(csv[0][i], key) << "column " << i;
+    std::string const cell = csv[1][i];
+    if (value.is_string())
+      EXPECT_EQ(cell, value.get<std::string>()) << key;
+    else if (value.is_boolean())
+      EXPECT_EQ(cell, value.get<bool>() ? "true" : "false") << key;
+    else if (value.is_number_float())
+      EXPECT_EQ(std::stod(cell), value.get<double>()) << key;
+    else
+      EXPECT_EQ(std::stoll(cell), value.get<int64_t>()) << key;
+    bool const needs_quotes = cell.find_first_of(",\"\n") != std::string::npos;
+    EXPECT_EQ(quoted[csv[0].size() + i], needs_quotes) << key << " quoted exactly when needed";
+    ++i;
+  }
+}
+
+TEST(Results, readerRefusesAnotherSchemaAndSaysHowToRegenerate)
+{
+  auto j = nlohmann::json::parse(toJson(sample()));
+  for (int schema : {RESULTS_SCHEMA - 1, RESULTS_SCHEMA + 1})
+  {
+    j["schema"] = schema;
+    try
+    {
+      resultSetFromJson(j.dump(), "old/results.json");
+      ADD_FAILURE() << "schema " << schema << " accepted";
+    }
+    catch (InputError const &e)
+    {
+      std::string const m = e.what();
+      EXPECT_NE(m.find("old/results.json"), std::string::npos) << m;
+      EXPECT_NE(m.find("schema " + std::to_string(schema)), std::string::npos) << m;
+      EXPECT_NE(m.find("canopy run"), std::string::npos) << m;
+    }
+  }
+  j.erase("schema");
+  EXPECT_THROW(resultSetFromJson(j.dump(), "unversioned"), InputError);
+  j["schema"] = RESULTS_SCHEMA;
+  j["rows"][2]["mask"] = "diagonal";
+  try
+  {
+    resultSetFromJson(j.dump(), "r.json");
+    ADD_FAILURE() << "unknown mask accepted";
+  }
+  catch (InputError const &e)
+  {
+    EXPECT_NE(std::string(e.what()).find("rows[2].mask"), std::string::npos) << e.what();
+  }
 }
 } // namespace

@@ -347,7 +347,7 @@ struct VerifySplitKernel
 
   KOKKOS_INLINE_FUNCTION int64_t wsRow(int split, int64_t node_row, int h) const
   {
-    return (static_cast<int64_t>(split) * node_capacity + node_row) * a.num_heads + h;
+    return (static_cast<int64_t>(split) * node_capacity + node_row) * a.batch.num_heads + h;
   }
 
   KOKKOS_INLINE_FUNCTION void writeEmpty(Member const &member, int split, int64_t first_row, int rows, int nh,
@@ -361,9 +361,9 @@ struct VerifySplitKernel
   KOKKOS_INLINE_FUNCTION void loadQ(Member const &member, TileRefs const &t, int64_t first_row, int rows,
                                     int rows_pad, int nh, int h0) const
   {
-    float const scale = a.sm_scale;
+    float const scale = a.batch.sm_scale;
     uint16_t const *q = a.q.data();
-    int const H = a.num_heads;
+    int const H = a.batch.num_heads;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, rows_pad), [&](int r) {
       float *dst = t.q + static_cast<int64_t>(r) * D_QK;
       float *o = t.o + static_cast<int64_t>(r) * D_V;
@@ -515,10 +515,10 @@ struct VerifyCombineKernel
   KOKKOS_INLINE_FUNCTION void operator()(Member const &member) const
   {
     int64_t const row = member.league_rank();
-    if (row >= a.qo_indptr(a.batch_size))
+    if (row >= a.qo_indptr(a.batch.batch_size))
       return;
     // The request of this row: qo_indptr(b) <= row < qo_indptr(b + 1), by bisection.
-    int lo = 0, hi = a.batch_size;
+    int lo = 0, hi = a.batch.batch_size;
     while (hi - lo > 1)
     {
       int const mid = (lo + hi) / 2;
@@ -529,7 +529,7 @@ struct VerifyCombineKernel
     }
     if (lo >= max_batch)
       return;
-    int const H = a.num_heads;
+    int const H = a.batch.num_heads;
     float *w = static_cast<float *>(member.team_scratch(0).get_shmem(scratchBytes(H, partials)));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, H), [&](int h) {
       float mx = NEG_INF;

@@ -196,7 +196,7 @@ struct VerifyStreamedKernel
 
   KOKKOS_INLINE_FUNCTION int64_t wsRow(int split, int64_t node_row, int h) const
   {
-    return (static_cast<int64_t>(split) * node_capacity + node_row) * a.num_heads + h;
+    return (static_cast<int64_t>(split) * node_capacity + node_row) * a.batch.num_heads + h;
   }
 
   /// The team's fixed facts: its TeamTask, and which rows and keys of the request it covers.
@@ -341,7 +341,7 @@ struct VerifyStreamedKernel
       {
         int const u = w + p * W, row = u / PIECES_PER_ROW, part = u % PIECES_PER_ROW;
         int64_t const node = t.first_node + row / t.nh;
-        st.next[p] = row < t.rows ? load16<Bf16x8>(a.q.data() + (node * a.num_heads + t.h0 + row % t.nh) * D_QK + d0 + part * 8)
+        st.next[p] = row < t.rows ? load16<Bf16x8>(a.q.data() + (node * a.batch.num_heads + t.h0 + row % t.nh) * D_QK + d0 + part * 8)
                                   : Bf16x8{};
       }
       for (int p = 0; p < K_PIECES; ++p)
@@ -381,7 +381,7 @@ struct VerifyStreamedKernel
       {
         int const u = w + p * W, row = u / PIECES_PER_ROW, part = u % PIECES_PER_ROW;
         Float4 *dst = q + row * Scratch::QK_STRIDE + 2 * part;
-        widenBf16x8(st.next[p], a.sm_scale, dst[0], dst[1]);
+        widenBf16x8(st.next[p], a.batch.sm_scale, dst[0], dst[1]);
       }
       for (int p = 0; p < K_PIECES; ++p)
       {

@@ -81,12 +81,12 @@ KOKKOS_INLINE_FUNCTION bool decodeTeam(int league, VerifyPlan const &plan, Verif
   league /= partials;
   t.group = league % plan.num_head_groups;
   t.b = league / plan.num_head_groups;
-  if (t.b >= a.batch_size)
+  if (t.b >= a.batch.batch_size)
     return false;
   t.node0 = a.qo_indptr(t.b);
   t.T = a.qo_indptr(t.b + 1) - t.node0;
   t.h0 = t.group * plan.heads_per_group;
-  t.nh = a.num_heads - t.h0 < plan.heads_per_group ? a.num_heads - t.h0 : plan.heads_per_group;
+  t.nh = a.batch.num_heads - t.h0 < plan.heads_per_group ? a.batch.num_heads - t.h0 : plan.heads_per_group;
   return t.T > 0 && t.nh > 0;
 }
 
@@ -97,7 +97,7 @@ template <int N, class MemorySpace>
 KOKKOS_INLINE_FUNCTION void treeVisibilityRow(VerifyArgs<MemorySpace> const &a, int b, int64_t node0, int64_t P,
                                               int64_t T, int64_t i, int64_t k0, int nk, uint8_t *row)
 {
-  if (a.mask_layout == MaskLayout::kParents)
+  if (a.batch.mask_layout == MaskLayout::kParents)
   {
     for (int c = 0; c < N; ++c)
       row[c] = 0;
@@ -115,7 +115,7 @@ KOKKOS_INLINE_FUNCTION void treeVisibilityRow(VerifyArgs<MemorySpace> const &a, 
   }
   else
   {
-    bool const full = a.mask_layout == MaskLayout::kFull;
+    bool const full = a.batch.mask_layout == MaskLayout::kFull;
     int64_t const base = a.mask_indptr(b) + (full ? i * (P + T) + P : i * T) + k0;
     for (int c = 0; c < N; ++c)
       row[c] = c < nk ? a.custom_mask(base + c) : 0;
