@@ -71,6 +71,8 @@ constexpr double REL_L2_TOLERANCE = 1e-2;
 /// O(1) of its norm under tree-dominant values.
 constexpr double ROW_REL_L2_TOLERANCE = 2e-2;
 
-ErrorStats compareToReference(std::vector<double> const &ref, uint16_t const *out, size_t count,
-                              double rel_l2_tolerance = REL_L2_TOLERANCE);
+/// \brief The error contract (docs/design.md §4, "Checks"), one rule for every design, subcommand
+/// and results row: \p count == ref.size(), no NaN or Inf, rel-L2 <= REL_L2_TOLERANCE over the
+/// output and <= ROW_REL_L2_TOLERANCE for every output row.
+ErrorStats compareToReference(std::vector<double> const &ref, uint16_t const *out, size_t count);
 } // namespace canopy
