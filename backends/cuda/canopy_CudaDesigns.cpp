@@ -39,6 +39,8 @@ CudaKernel const SM90{"cuda-sm90", "launchVerifySm90", launchVerifySm90, sm90Sha
                       SM90_SPLIT_TILE, 90, "wgmma"};
 CudaKernel const SM90_COPY_PV{"cuda-sm90-copypv", "launchVerifySm90CopyDuringPV", launchVerifySm90CopyDuringPV,
                               sm90SharedBytes, prepareSm90Kernel, true, SM90_SPLIT_TILE, 90, "wgmma"};
+CudaKernel const SM90_DIM_HALVES{"cuda-sm90-kdim", "launchVerifySm90DimHalves", launchVerifySm90DimHalves,
+                                 sm90SharedBytes, prepareSm90Kernel, true, SM90_SPLIT_TILE, 90, "wgmma"};
 CudaKernel const FLAT{"cuda-flat", "launchVerifyFlat", launchVerifyFlat, flatSharedBytes, prepareVerifyKernels, false,
                       SM120_SPLIT_TILE};
 
@@ -235,6 +237,7 @@ DesignPtr makeSm90Design(bool partial_bf16)
   return std::make_unique<CudaVerifyDesign>(SM90, partial_bf16);
 }
 DesignPtr makeSm90CopyDuringPVDesign() { return std::make_unique<CudaVerifyDesign>(SM90_COPY_PV, false); }
+DesignPtr makeSm90DimHalvesDesign() { return std::make_unique<CudaVerifyDesign>(SM90_DIM_HALVES, false); }
 DesignPtr makeFlatDesign() { return std::make_unique<CudaVerifyDesign>(FLAT, false); }
 } // namespace cuda
 
@@ -262,6 +265,11 @@ void registerCudaDesigns()
                  "cuda-sm90 with the next K/V tile's copies issued during P.V instead of the scores (experimental: "
                  "the ablation of where the copies go)",
                  [] { return cuda::makeSm90CopyDuringPVDesign(); }, /*experimental=*/true);
+  registerDesign("cuda-sm90-kdim",
+                 "cuda-sm90 with the scores split by dims instead of keys: each warpgroup runs m64n64k16 over 288 "
+                 "dims for all 64 keys, partial sums crossed through shared memory (experimental: the ablation of "
+                 "the score split)",
+                 [] { return cuda::makeSm90DimHalvesDesign(); }, /*experimental=*/true);
   registerDesign("cuda-flat",
                  "CUDA baseline with SGLang's Triton extend-kernel structure: block per (request, head, "
                  "32-node tile), whole prefix serially, K and V loaded separately",

@@ -17,6 +17,8 @@ DesignPtr makeSm120WideDesign(bool partial_bf16 = false);
 DesignPtr makeSm90Design(bool partial_bf16 = false);
 /// \brief cuda-sm90-copypv: cuda-sm90 with the next tile's copies issued during P.V (experimental).
 DesignPtr makeSm90CopyDuringPVDesign();
+/// \brief cuda-sm90-kdim: cuda-sm90 with the scores split by dims (experimental).
+DesignPtr makeSm90DimHalvesDesign();
 /// \brief cuda-flat (never splits, so it has no partials).
 DesignPtr makeFlatDesign();
 
