@@ -116,7 +116,8 @@ def torch_rows(grid, samples, warmup):
     for B, T, P in grid:
         try:
             r = torch_reference.bench_shape(torch, B, T, P, HEADS, samples, warmup, flush)
-            rows.append({"design": PEER, **grid_point(B, T, P), "status": "ok" if r["finite"] else "FAILED", "note": r["device"], "steps": 1, "samples": samples,
+            rows.append({"design": PEER, **grid_point(B, T, P), "status": "ok" if r["finite"] else "FAILED",
+                         "note": r["device"], "steps": 1, "samples": samples,
                          "median_s": r["median_us"] * 1e-6, "p10_s": r["p10_us"] * 1e-6, "p90_s": r["p90_us"] * 1e-6,
                          "mode": "graph", "l2_flush": True})
         except Exception as e:  # noqa: BLE001 (out of memory at the largest shapes is a result too)
