@@ -54,7 +54,8 @@ struct PlanBounds
 /// \brief Knobs shared by designs; a design ignores what does not apply to it.
 struct DesignOptions
 {
-  int nsplit = 16;           ///< KV splits per request (split-K); 0 = the design chooses from the plan bounds
+  int nsplit = 16;           ///< prefix splits per request (split-K; a separate tree partial not counted, see
+                             ///< docs/experiments.md); 0 = the design chooses from the plan bounds
   WorkspaceStrategy workspace = WorkspaceStrategy::kPersistent;
   bool strict = false;       ///< a fallback to another path is an error instead of a recorded fact
 };

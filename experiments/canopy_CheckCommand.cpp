@@ -48,17 +48,18 @@ void printHeader()
               std::string(8, '-').c_str());
 }
 
-void printRow(std::string const &name, ValueMode values, std::string const &path, ErrorStats const &e)
+/// \p values: the value mode, or "recorded" for a trace's own values.
+void printRow(std::string const &name, std::string const &values, std::string const &path, ErrorStats const &e)
 {
   std::printf("| %-12s | %-13s | %-24s | %10.3e | %10.3e | %10.3e | %8.1f | %6lld | %-6s |\n", name.c_str(),
-              toString(values).c_str(), path.c_str(), e.max_abs, e.rel_l2, e.worst_row_rel_l2, e.max_ulps,
+              values.c_str(), path.c_str(), e.max_abs, e.rel_l2, e.worst_row_rel_l2, e.max_ulps,
               static_cast<long long>(e.num_bad), e.pass ? "pass" : "FAIL");
 }
 
 /// A design that cannot serve the shape: its row says so and why; the check goes on with the others.
-void printUnsupported(std::string const &name, ValueMode values, std::string const &why)
+void printUnsupported(std::string const &name, std::string const &values, std::string const &why)
 {
-  std::printf("| %-12s | %-13s | unsupported: %s |\n", name.c_str(), toString(values).c_str(), why.c_str());
+  std::printf("| %-12s | %-13s | unsupported: %s |\n", name.c_str(), values.c_str(), why.c_str());
 }
 
 void printTolerances()
@@ -120,11 +121,11 @@ int runCheck(CheckFlags f)
       {
         CheckResult const r = checkDesign(*design, problem, options, reference);
         all_pass = all_pass && r.error.pass;
-        printRow(name, values, r.path, r.error);
+        printRow(name, toString(values), r.path, r.error);
       }
       catch (Unsupported const &e)
       {
-        printUnsupported(name, values, e.what());
+        printUnsupported(name, toString(values), e.what());
       }
     }
   }
@@ -154,6 +155,7 @@ int runTraceCheck(CheckFlags f)
   bool all_pass = true;
   for (ValueMode values : modes)
   {
+    std::string const label = src->recordedValues() ? "recorded" : toString(values);
     ReferenceCache refs;
     for (auto const &name : designs)
     {
@@ -184,11 +186,11 @@ int runTraceCheck(CheckFlags f)
       }
       if (!unsupported.empty())
       {
-        printUnsupported(name, values, unsupported);
+        printUnsupported(name, label, unsupported);
         continue;
       }
       all_pass = all_pass && worst.pass;
-      printRow(name, src->recordedValues() ? ValueMode::kRandom : values, path, worst);
+      printRow(name, label, path, worst);
     }
   }
   return all_pass ? 0 : 1;
@@ -210,7 +212,7 @@ void addCheckCommand(CLI::App &app, Action &action)
       ->check(CLI::IsMember({"full", "tree", "parents"}));
   cmd->add_option("--seed", flags->gen.seed, "generator seed");
   cmd->add_option("--designs", flags->designs, "comma-separated designs, or 'all'");
-  cmd->add_option("--nsplit", flags->nsplit, "KV splits per request")->check(CLI::Range(1, 1024));
+  cmd->add_option("--nsplit", flags->nsplit, "prefix splits per request (docs/experiments.md)")->check(CLI::Range(1, 1024));
   cmd->add_flag("--strict", flags->strict, "a fallback to another kernel path is an error");
   cmd->add_option("--trace", flags->trace, "check on every step of this trace (recorded values when present)")
       ->check(CLI::ExistingFile);

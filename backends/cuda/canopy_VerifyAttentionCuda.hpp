@@ -56,7 +56,7 @@ struct VerifyParams
   int max_tree = 0;     ///< >= every T_b (precondition: a larger tree is not covered by the grid)
   int64_t max_nodes = 0;  ///< >= sum T
 
-  int nsplit = 1;       ///< KV splits per request; 1 = the main kernel writes `out` directly
+  int nsplit = 1;       ///< prefix splits per request, the tree keys in the last (no tree partial); 1 = direct to `out`
 
   /// Split partials (nsplit > 1): O normalised by its own softmax sum, [row][split][D_V], and
   /// lse in log2 units, [row][split]. Rows >= partial_rows are not written and come out NaN.

@@ -1,24 +1,28 @@
 #!/usr/bin/python3
-"""The budget study in one command: DDTree traces for each (B, T, P) of a config, `canopy run`, the
+"""The budget study in one command: DDTree traces for each (B, T, P) of a grid, `canopy run`, the
 PyTorch reference where a GPU and torch are present, then the verify-latency curve (table, figures)
 and the latency model a budget controller loads (latency_model.py).
 
     experiments/budget/budget_study.py --config experiments/configs/budget-study.toml \\
-        --canopy build/full/experiments/canopy --out out/budget-study [--peer auto|torch|none]
+        --canopy build/full/experiments/canopy --out out/budget-study [--peer auto|torch|none] \\
+        [--profile math500 --batch 1,8 --tree 16,32,...,1024 --prefix 4096,16384,65536]
 
-The grid comes from the config's trace names, ddtree_<profile>_B<b>_T<t>_P<p>.h5 (P as 4K, 16K, ...):
-a missing trace is synthesized first with `canopy trace synth` (drafter profile <profile>, budget
-T - 1 so the tree has T nodes, b requests at a fixed prompt of P tokens, STEPS steps, a pool that
-starts fragmented in runs of 16 slots). Writes into OUT: run/ (canopy run's results), synth/ (the
-traces' statistics), and budget/: results.json (canopy and peer rows, inputs as "B= H= T= P="),
+The grid is given by the flags (defaults: the study above); the config holds everything else of the
+run (experiment, designs, options) and no [inputs]: the study writes the trace list into
+OUT/run-config.toml and runs that. A missing trace is synthesized first with `canopy trace synth`
+(drafter profile, budget T - 1 so the tree has T nodes, B requests at a fixed prompt of P tokens,
+STEPS steps, a pool that starts fragmented in runs of 16 slots). Writes into OUT: traces/, run/
+(canopy run's results), synth/ (the traces' statistics), and budget/: results.json (canopy and peer
+rows; their batch, heads, tree and prefix fields are the grid point: prefix is the prompt P),
 budget-curve.md and .csv, latency_model.json, acceptance.json, and the figures (plot.py).
+`--tables-from DIR` writes the curve, the model and the figures again from DIR's results.json and
+acceptance.json alone (no run).
 Exit codes: those of canopy run (0 ok, 1 a design failed its check, 2 bad input, 3 runtime).
 """
 import argparse
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 import tomllib
@@ -27,32 +31,48 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 import latency_model  # noqa: E402
-from plots.data import parse_input, size_label  # noqa: E402
+from plots.data import size_label  # noqa: E402
 
-NAME = re.compile(r"ddtree_(?P<profile>[a-z0-9]+)_B(?P<B>\d+)_T(?P<T>\d+)_P(?P<P>\d+)(?P<unit>[KM]?)\.h5$")
 STEPS = 3          # verify steps per trace: the row's median is over STEPS trees per request
 INITIAL_RUN = 16   # fragmented pool: shuffled runs of 16 slots (as the synthetic sweeps' mean_run)
 HEADS = 8
 PEER = "torch-gather-bmm"
+GRID = {"profile": "math500", "batch": "1,8", "tree": "16,32,64,128,256,512,1024", "prefix": "4096,16384,65536"}
 
 
-def shape_label(B, T, P):
-    """The input label of a (B, T, P) row, as canopy run writes synthetic inputs."""
-    return f"B={B} H={HEADS} T={T} P={size_label(P)}"
+def trace_name(profile, B, T, P):
+    """The file the study writes for one grid point (a name for people; the study never reads it back)."""
+    return f"ddtree_{profile}_B{B}_T{T}_P{size_label(P)}.h5"
 
 
-def shape_of(label):
-    """(B, T, P) of a shape_label."""
-    dims, _ = parse_input(label)
-    return dims["B"], dims["T"], dims["P"]
+def grid_point(B, T, P):
+    """The axis fields of a grid point, as the study's rows carry them: a row stands for its grid
+    point (P the prompt, T nodes in every request), not for its trace's small spread over the steps,
+    so canopy's rows and the peer's (which times exactly that shape) are the same input."""
+    return {"batch": B, "heads": HEADS, "tree": T, "prefix": P, "ragged": False}
 
 
-def parse_trace_name(path):
-    m = NAME.search(os.path.basename(path))
-    if not m:
-        raise ValueError(f"inputs.traces: '{path}' is not named ddtree_<profile>_B<b>_T<t>_P<p>.h5")
-    scale = {"": 1, "K": 1024, "M": 1024 * 1024}[m.group("unit")]
-    return m.group("profile"), int(m.group("B")), int(m.group("T")), int(m.group("P")) * scale
+def shape_of(row):
+    return row["batch"], row["tree"], row["prefix"]
+
+
+def template_text(template):
+    """The config's text; raises ValueError when it has its own [inputs] (the study owns the inputs)."""
+    with open(template, "rb") as f:
+        if "inputs" in tomllib.load(f):
+            raise ValueError(f"{template}: has [inputs]; the study writes the trace list itself (--batch, --tree, "
+                             "--prefix, --profile)")
+    with open(template, encoding="utf-8") as f:
+        return f.read()
+
+
+def write_run_config(text, traces, path):
+    """The config canopy runs: the template's text and an [inputs] table listing the traces."""
+    listed = "".join(f"  {json.dumps(t)},\n" for t in traces)  # a JSON string is a TOML basic string
+    text += f'\n# Written by budget_study.py: one trace per grid point.\n[inputs]\ngroup_by = "trace"\ntraces = [\n{listed}]\n'
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
 
 
 def synth(canopy, path, profile, B, T, P, summary):
@@ -96,32 +116,37 @@ def torch_rows(grid, samples, warmup):
     for B, T, P in grid:
         try:
             r = torch_reference.bench_shape(torch, B, T, P, HEADS, samples, warmup, flush)
-            rows.append({"design": PEER, "input": shape_label(B, T, P), "status": "ok"
-                         if r["finite"] else "FAILED", "note": r["device"], "steps": 1, "samples": samples,
+            rows.append({"design": PEER, **grid_point(B, T, P), "status": "ok" if r["finite"] else "FAILED",
+                         "note": r["device"], "steps": 1, "samples": samples,
                          "median_s": r["median_us"] * 1e-6, "p10_s": r["p10_us"] * 1e-6, "p90_s": r["p90_us"] * 1e-6,
                          "mode": "graph", "l2_flush": True})
         except Exception as e:  # noqa: BLE001 (out of memory at the largest shapes is a result too)
-            rows.append({"design": PEER, "input": shape_label(B, T, P), "status": "unsupported",
+            rows.append({"design": PEER, **grid_point(B, T, P), "status": "unsupported",
                          "note": str(e).splitlines()[0][:200]})
         torch.cuda.empty_cache()
     return rows
 
 
-def analyze(results, trace_dims, peer_rows, acceptance, out):
-    """Relabels canopy's trace rows with their (B, T, P), adds the peer, writes the curve and model."""
-    os.makedirs(out, exist_ok=True)
-    rows, unsupported = [], {}
+def analyze(results, grid_of_trace, peer_rows, acceptance, out):
+    """Gives canopy's trace rows their grid point (by their `trace` field), adds the peer's rows and
+    writes results.json, the curve and the model into out."""
+    rows = []
     for r in results["rows"]:
-        dims = trace_dims.get(r.get("input"))
-        if dims is None:
-            continue
-        B, T, P = dims
-        r = dict(r, input=shape_label(B, T, P), trace=r.get("input"))
-        rows.append(r)
-    rows += peer_rows
-    points = {}
-    for r in rows:
-        B, T, P = shape_of(r["input"])
+        point = grid_of_trace.get(r.get("trace"))
+        if point is not None:
+            rows.append(dict(r, **grid_point(*point)))
+    merged = dict(results, rows=rows + peer_rows, experiment=results.get("experiment", "budget-study"))
+    os.makedirs(out, exist_ok=True)
+    write_json(os.path.join(out, "results.json"), merged)
+    write_json(os.path.join(out, "acceptance.json"), {str(k): v for k, v in sorted(acceptance.items())})
+    return write_tables(merged, acceptance, out)
+
+
+def write_tables(results, acceptance, out):
+    """The latency model and the curve from the rows' grid fields; returns the model."""
+    points, unsupported = {}, {}
+    for r in results["rows"]:
+        B, T, P = shape_of(r)
         if r.get("status") == "ok" and float(r.get("median_s") or 0) > 0:
             points.setdefault(r["design"], []).append((B, P, T, float(r["median_s"])))
         else:
@@ -131,11 +156,8 @@ def analyze(results, trace_dims, peer_rows, acceptance, out):
               "config": env.get("config", ""), "date": env.get("date", ""), "heads": HEADS,
               "label": "H200 (sm_90) proxy for the sm_120 target" if "H200" in env.get("device", "") else ""}
     model = latency_model.build_model(points, source, unsupported)
-    merged = dict(results, rows=rows, experiment=results.get("experiment", "budget-study"))
-    write_json(os.path.join(out, "results.json"), merged)
     write_json(os.path.join(out, "latency_model.json"), model)
-    write_json(os.path.join(out, "acceptance.json"), {str(k): v for k, v in sorted(acceptance.items())})
-    write_curve(rows, model, acceptance, out)
+    write_curve(results["rows"], model, acceptance, out)
     return model
 
 
@@ -149,13 +171,13 @@ def write_json(path, obj):
 
 def write_curve(rows, model, acceptance, out):
     designs = list(dict.fromkeys(r["design"] for r in rows))
-    shapes = sorted({(B, P, T) for B, T, P in (shape_of(r["input"]) for r in rows)})
-    cell = {(r["design"], r["input"]): r for r in rows}
+    shapes = sorted({(B, P, T) for B, T, P in (shape_of(r) for r in rows)})
+    cell = {(r["design"], shape_of(r)): r for r in rows}
     lines = ["| B | P | T | " + " | ".join(f"{d} µs" for d in designs) + " |",
              "|---:|---:|---:|" + "---:|" * len(designs)]
     csv = ["B,P,T," + ",".join(designs)]
     for B, P, T in shapes:
-        key = shape_label(B, T, P)
+        key = (B, T, P)
         vals, cvals = [], []
         for d in designs:
             r = cell.get((d, key))
@@ -190,52 +212,91 @@ def write_curve(rows, model, acceptance, out):
         f.write("\n".join(csv) + "\n")
 
 
+def ints(text):
+    return [int(x) for x in text.split(",") if x]
+
+
+def plot(out, fmt):
+    cmd = [sys.executable, os.path.join(os.path.dirname(HERE), "plot.py"), os.path.join(out, "results.json"),
+           "--format", fmt, "--model", os.path.join(out, "latency_model.json")]
+    subprocess.run(cmd, check=False)
+
+
+def tables_from(folder, out, args):
+    """The curve, the model and the figures again from a study's budget/ folder."""
+    with open(os.path.join(folder, "results.json"), encoding="utf-8") as f:
+        results = json.load(f)
+    with open(os.path.join(folder, "acceptance.json"), encoding="utf-8") as f:
+        acceptance = {int(t): v for t, v in json.load(f).items()}
+    os.makedirs(out, exist_ok=True)
+    if os.path.abspath(out) != os.path.abspath(folder):
+        write_json(os.path.join(out, "results.json"), results)
+    model = write_tables(results, acceptance, out)
+    if not args.no_plots:
+        plot(out, args.format)
+    print(f"wrote {out}/budget-curve.md, latency_model.json ({len(model['designs'])} designs)")
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", default="experiments/configs/budget-study.toml")
+    ap.add_argument("--config", default="experiments/configs/budget-study.toml",
+                    help="canopy run config without [inputs] (experiment, designs, options)")
     ap.add_argument("--canopy", default="build/full/experiments/canopy")
     ap.add_argument("--out", default="out/budget-study")
+    ap.add_argument("--profile", default=GRID["profile"], help="drafter profile of canopy trace synth")
+    ap.add_argument("--batch", default=GRID["batch"], help="requests per step, comma-separated")
+    ap.add_argument("--tree", default=GRID["tree"], help="tree nodes per request (DDTree budget + 1), comma-separated")
+    ap.add_argument("--prefix", default=GRID["prefix"], help="prompt tokens per request, comma-separated")
     ap.add_argument("--peer", choices=("auto", "torch", "none"), default="auto",
                     help="PyTorch reference: auto = when torch sees a CUDA device")
     ap.add_argument("--peer-samples", type=int, default=30)
     ap.add_argument("--format", default="png,pdf", help="figure formats for plot.py")
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--tables-from", metavar="DIR",
+                    help="no run: write the curve, model and figures into --out from DIR/results.json and "
+                         "DIR/acceptance.json (a study's budget/ folder)")
     ap.add_argument("--shards", type=int, default=1,
                     help="run the config as N shards one after the other (canopy run --shard K/N into run/shard-K, "
                          "then canopy merge); a shard whose results exist is not run again, so a study cut short "
                          "resumes where it stopped")
     args = ap.parse_args(argv)
+    if args.tables_from:
+        return tables_from(args.tables_from, args.out, args)
     if args.shards < 1:
         print(f"budget_study: --shards must be at least 1, got {args.shards}", file=sys.stderr)
         return 2
-    with open(args.config, "rb") as f:
-        config = tomllib.load(f)
-    traces = config.get("inputs", {}).get("traces", [])
-    if isinstance(traces, str):
-        traces = [traces]
-    if not traces:
-        print(f"budget_study: {args.config}: inputs.traces is empty", file=sys.stderr)
-        return 2
-    synth_dir = os.path.join(args.out, "synth")
-    os.makedirs(synth_dir, exist_ok=True)
-    trace_dims, acceptance, grid = {}, {}, []
     try:
-        for path in traces:
-            profile, B, T, P = parse_trace_name(path)
-            summary = os.path.join(synth_dir, os.path.basename(path)[:-3] + ".json")
+        grid = [(B, T, P) for B in ints(args.batch) for P in ints(args.prefix) for T in ints(args.tree)]
+    except ValueError as e:
+        print(f"budget_study: --batch, --tree and --prefix take comma-separated integers ({e})", file=sys.stderr)
+        return 2
+    if not grid or min(min(g) for g in grid) < 1:
+        print("budget_study: the grid is empty or has a value below 1", file=sys.stderr)
+        return 2
+    trace_dir, synth_dir = os.path.join(args.out, "traces"), os.path.join(args.out, "synth")
+    grid_of_trace, acceptance = {}, {}
+    try:
+        template = template_text(args.config)
+        os.makedirs(synth_dir, exist_ok=True)
+        for B, T, P in grid:
+            name = trace_name(args.profile, B, T, P)
+            path = os.path.join(trace_dir, name)
+            summary = os.path.join(synth_dir, name[:-3] + ".json")
             if not os.path.exists(path) or not os.path.exists(summary):
-                synth(args.canopy, path, profile, B, T, P, summary)
+                synth(args.canopy, path, args.profile, B, T, P, summary)
             with open(summary, encoding="utf-8") as f:
                 acceptance.setdefault(T, []).append(json.load(f)["mean_accepted"])
-            trace_dims[os.path.basename(path)] = (B, T, P)
-            grid.append((B, T, P))
-    except ValueError as e:
+            grid_of_trace[path] = (B, T, P)
+        config = os.path.join(args.out, "run-config.toml")
+        write_run_config(template, list(grid_of_trace), config)
+    except (ValueError, OSError, tomllib.TOMLDecodeError) as e:
         print(f"budget_study: {e}", file=sys.stderr)
         return 2
     except subprocess.CalledProcessError as e:
         return e.returncode
     run_dir = os.path.join(args.out, "run")
-    rc = run_canopy(args.canopy, args.config, run_dir, args.shards)
+    rc = run_canopy(args.canopy, config, run_dir, args.shards)
     if rc not in (0, 1):
         return rc
     peer_path = os.path.join(args.out, "peer.json")  # the peer's rows, kept so a resumed study reuses them
@@ -256,11 +317,9 @@ def main(argv=None):
         results = json.load(f)
     curve = {T: sum(v) / len(v) for T, v in acceptance.items()}
     out = os.path.join(args.out, "budget")
-    model = analyze(results, trace_dims, peer_rows, curve, out)
+    model = analyze(results, grid_of_trace, peer_rows, curve, out)
     if not args.no_plots:
-        plot = [sys.executable, os.path.join(os.path.dirname(HERE), "plot.py"), os.path.join(out, "results.json"),
-                "--format", args.format, "--model", os.path.join(out, "latency_model.json")]
-        subprocess.run(plot, check=False)
+        plot(out, args.format)
     print(f"wrote {out}/budget-curve.md, latency_model.json ({len(model['designs'])} designs)")
     return rc
 

@@ -10,9 +10,9 @@
 #            runs `<bin-dir>/canopy_<name> run CONFIG` (CANOPY_COMPARE_CONFIG, default
 #            experiments/configs/cuda-compare.toml) for each name, interleaved, in
 #            CANOPY_COMPARE_ROUNDS rounds (default 2), and writes compare.md from the runs'
-#            results.json: per (design, shape) the base's best median and each variant's change
-#            against it (best of the rounds: process-to-process spread on the H200 was about 1%),
-#            then per variant the mean change over the P >= 16K shapes and its rows that failed.
+#            results.json (experiments/gpu/compare_builds.py): per (design, shape) the base's best
+#            median and each variant's change against it, then per variant the mean change over
+#            the P >= 16K shapes and its rows that failed.
 # <bin-dir> holds canopy, canopy_Test_VerifyAttentionCuda and canopy_RacecheckNamedBarrier, <lib-dir>
 # the shared libraries the GPU machine lacks (e.g. libtrilinos_kokkoscore, libtomlplusplus). Numbers
 # from an H200 are an sm_90 proxy for the sm_120 design target.
@@ -122,40 +122,7 @@ elif [ "$mode" = compare ] && [ $# -ge 2 ]; then
       echo "round $r $v exit $?"
     done
   done | tee "$out/compare.log"
-  python3 - "$out" "${CANOPY_COMPARE_ROUNDS:-2}" "$@" > "$out/compare.md" <<'PY'
-import collections, glob, json, os, sys
-out, rounds, base, others = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
-rows = collections.defaultdict(lambda: collections.defaultdict(list))  # (design, input, options) -> variant -> medians
-failed = collections.Counter()  # rows that failed their check or did not run, per variant
-for v in [base] + others:
-    for r in range(1, rounds + 1):
-        path = os.path.join(out, "%s-round%d" % (v, r), "results.json")
-        if not os.path.exists(path):
-            failed[v] += 1
-            continue
-        for row in json.load(open(path))["rows"]:
-            key = (row["design"], row["input"], row["mask"], row["nsplit"], row["workspace"], row["mode"])
-            if row["status"] == "ok" and row["samples"] > 0:
-                rows[key][v].append(row["median_s"] * 1e6)
-            else:
-                failed[v] += 1
-def prefix(label):
-    p = dict(f.split("=", 1) for f in label.split() if "=" in f).get("P", "0")
-    return int(p[:-1]) * 1024 if p.endswith("K") else int(p)
-print("| design | input | %s µs (best median) | %s |" % (base, " | ".join(others)))
-print("|---|---|---:|" + "---:|" * len(others))
-for key, v in rows.items():
-    if not v.get(base):
-        continue
-    b = min(v[base])
-    rel = ["%+.1f%%" % (100 * (min(v[o]) / b - 1)) if v.get(o) else "n/a" for o in others]
-    print("| %s | %s | %.1f | %s |" % (key[0], key[1], b, " | ".join(rel)))
-# One line per variant: the mean change where P >= 16K (the targets' range), and rows that failed.
-for o in [base] + others:
-    ch = [min(v[o]) / min(v[base]) - 1 for k, v in rows.items() if prefix(k[1]) >= 16384 and v.get(o) and v.get(base)]
-    mean = ("mean %+.1f%% over %d shapes with P >= 16K" % (100 * sum(ch) / len(ch), len(ch))) if ch and o != base else "base"
-    print("\n%s: %s; %d rows failed or missing" % (o, mean, failed[o]))
-PY
+  python3 "$here/experiments/gpu/compare_builds.py" "$out" "${CANOPY_COMPARE_ROUNDS:-2}" "$@" > "$out/compare.md"
   cat "$out/compare.md"
 else
   echo "usage: $0 checks|measure <bin-dir> <lib-dir> <out-dir> | compare <bin-dir> <lib-dir> <out-dir> base variant..." >&2

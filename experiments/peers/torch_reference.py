@@ -15,11 +15,7 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from plots import data  # noqa: E402  (input labels, as canopy run writes them)
 
 
 def quantile(sorted_samples, q):
@@ -158,35 +154,29 @@ def run(args):
     return 0 if all(r["finite"] for r in rows) else 1
 
 
-def parse_input(label):
-    """(B, T, P) from a synthetic input label of canopy run ("B=8 H=8 T=33 P=64K"); None for traces."""
-    dims, _ = data.parse_input(label)
-    if not all(k in dims for k in ("B", "T", "P")):
+def shape_of(row):
+    """(B, T, P) of a synthetic shape's row (its axis fields); None for a trace, whose requests vary."""
+    if row.get("trace"):
         return None
-    return dims["B"], dims["T"], dims["P"]
-
-
-def chosen_nsplit(row):
-    """The NSPLIT a design ran with: the option, or (0 = auto) the one its kernel path names."""
-    m = re.search(r"split(\d+)", row.get("path", ""))
-    return int(m.group(1)) if m else row["nsplit"]
+    return row["batch"], row["tree"], row["prefix"]
 
 
 def merge(results_path, torch_path):
     """Markdown table: the CUDA designs of one `canopy run` (results.json, e.g. of
     experiments/configs/cuda-kernels.toml) against the PyTorch reference and cuda-flat, per shape.
-    Only rows with the full mask, the persistent workspace and status ok count."""
+    Only rows with the full mask, the persistent workspace and status ok count; `splits` is the prefix
+    splits cuda-sm120 ran with (docs/experiments.md)."""
     with open(results_path) as f:
         results = json.load(f)
     ref = [json.loads(l) for l in open(torch_path) if l.strip()]
     torch_us = {(r["B"], r["T"], r["P"]): r["median_us"] for r in ref}
     by = {}
     for r in results["rows"]:
-        key = parse_input(r["input"])
+        key = shape_of(r)
         if key and r["status"] == "ok" and r["mask"] == "full" and r["workspace"] == "persistent":
             by.setdefault(key, {})[r["design"]] = r
     nan = float("nan")
-    print("| B | T | P | nsplit | cuda-sm120 us | % of bound | % of mma.sync bound | TFLOP/s | bf16-partials us | "
+    print("| B | T | P | splits | cuda-sm120 us | % of bound | % of mma.sync bound | TFLOP/s | bf16-partials us | "
           "cuda-sm120-w32 us | cuda-flat us | torch us | x torch | x flat |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for k in sorted(by):
@@ -198,7 +188,7 @@ def merge(results_path, torch_path):
         pct = lambda x: "%.1f%%" % (100 * x) if x > 0 else "-"
         su, tu = us("cuda-sm120"), torch_us.get(k, nan)
         print("| %d | %d | %d | %d | %.1f | %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1fx | %.1fx |" %
-              (k[0], k[1], k[2], chosen_nsplit(s), su, pct(s["roofline_fraction"]),
+              (k[0], k[1], k[2], s["splits"], su, pct(s["roofline_fraction"]),
                pct(s["mma_roofline_fraction"]), s["tflops"], us("cuda-sm120-bf16p"), us("cuda-sm120-w32"),
                us("cuda-flat"), tu, tu / su, us("cuda-flat") / su))
     print("\n%s; %s" % (results["environment"].get("device", "device unknown"),

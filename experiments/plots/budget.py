@@ -5,7 +5,6 @@ the measured grid), dashed lines its fitted form alone; the caption gives each d
 """
 import math
 import os
-import re
 import sys
 
 import numpy as np
@@ -59,6 +58,6 @@ def model_figure(run, model):
                      f"{100 * model['designs'][d]['fit']['median_rel_error']:.1f}%" for d in designs)
     notes = ["What latency does the model give a budget controller? Markers: measured medians; solid: the "
              "model (grid interpolation); dashed: its fitted form " +
-             re.sub(r"(c\d)\*", r"\1 ", latency_model.FORM).replace("*", "") +
+             " + ".join("c0" if t == "1" else f"c{i} {t.replace('*', '')}" for i, t in enumerate(latency_model.TERMS)) +
              f", relative error {fits}."]
     return (fig, style.env_caption(run, width, extra=notes), f"{run.name}_model"), None

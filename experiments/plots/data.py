@@ -1,29 +1,34 @@
-"""Rows of a Canopy results.json, with the sweep axes parsed from their `input` field.
+"""Rows of a Canopy results.json (schema 2, docs/experiments.md), read by their fields.
 
-Only named fields are read (never table text). A synthetic input reads "B=8 H=8 T=65 P=16K" plus
-flags ("ragged", "compacted"); a trace input is its label. Rows from a merged peer (e.g. PyTorch)
-are rows like any other: a design name, an input and times; missing numeric fields count as 0.
+Only named fields are read, never labels, paths or table text: the sweep axes are the fields
+batch, heads, tree and prefix (B, H, T, P), the input's flags are ragged, compacted, values and
+recorded_values, a trace input is its `trace` field. Rows from a merged peer (e.g. PyTorch) are rows
+like any other: a design name, the axes they have and times; missing numeric fields count as 0.
 """
+import os
 import re
 
 DIMS = ("B", "H", "T", "P")
+DIM_FIELDS = {"B": "batch", "H": "heads", "T": "tree", "P": "prefix"}
 OPTION_KEYS = ("mask", "nsplit", "workspace", "mode", "l2_flush")
 OPTION_NAMES = {"nsplit": "NSPLIT", "workspace": "workspace", "mode": "mode", "mask": "mask",
                 "l2_flush": "L2 flush", "variant": "KV slots", "group": "group"}
-_DIM_TOKEN = re.compile(r"([A-Za-z]+)=(\d+(?:\.\d+)?)([KkMm]?)")
-_SUFFIX = {"": 1, "k": 1024, "m": 1024 * 1024}
 
 
-def parse_input(text):
-    """'B=8 H=8 T=65 P=16K compacted' -> ({'B': 8, 'H': 8, 'T': 65, 'P': 16384}, 'compacted')."""
-    dims, rest = {}, []
-    for tok in str(text).split():
-        m = _DIM_TOKEN.fullmatch(tok)
-        if m and m.group(1) in DIMS:
-            dims[m.group(1)] = int(round(float(m.group(2)) * _SUFFIX[m.group(3).lower()]))
-        else:
-            rest.append(tok)
-    return dims, " ".join(rest)
+def dims_of(raw):
+    """{'B': 8, 'H': 8, 'T': 65, 'P': 16384} from a row's axis fields; an absent or zero field is left
+    out (a peer row may carry no heads)."""
+    return {d: int(raw[f]) for d, f in DIM_FIELDS.items() if raw.get(f)}
+
+
+def variant_of(raw):
+    """The input's flags as one value, e.g. 'ragged compacted' ('' for a dense synthetic shape)."""
+    flags = [f for f in ("ragged", "compacted") if raw.get(f)]
+    if raw.get("values") == "tree-dominant":
+        flags.append("tree-dominant")
+    if raw.get("recorded_values"):
+        flags.append("recorded values")
+    return " ".join(flags)
 
 
 def size_label(n):
@@ -62,8 +67,8 @@ class Row:
     def __init__(self, raw):
         self.raw = raw
         self.design = str(raw.get("design", "?"))
-        self.input = str(raw.get("input", ""))
-        self.dims, self.variant = parse_input(self.input)
+        self.trace = str(raw.get("trace") or "")
+        self.dims, self.variant = dims_of(raw), variant_of(raw)
         self.group = str(raw.get("group", "all"))
         self.options = {k: raw[k] for k in OPTION_KEYS if k in raw}
         num = lambda k: float(raw.get(k) or 0.0)  # noqa: E731
@@ -85,7 +90,13 @@ class Row:
 
     def shape_key(self):
         """What identifies the problem (not the design or options)."""
-        return (self.input, self.group)
+        return (self.trace, tuple(sorted(self.dims.items())), self.variant, self.group)
+
+    def label(self):
+        """A display name for the input: the trace's file name, or its axes."""
+        if self.trace:
+            return os.path.basename(self.trace)
+        return " ".join(f"{d}={size_label(v) if d == 'P' else v}" for d, v in self.dims.items())
 
 
 def timed(raw):

@@ -281,7 +281,7 @@ def options_figure(run):
     shape_dims = [d for d in data.DIMS if run.varies(d)]
 
     def shape_of(r):
-        return tuple(r.get(d) for d in shape_dims) if shape_dims else (r.input,)
+        return tuple(r.get(d) for d in shape_dims) if shape_dims else (r.label(),)
 
     shapes = sorted({shape_of(r) for r in run.rows}, key=data.tuple_key)
     combos = sorted({tuple(r.get(a) for a in option_axes) for r in run.rows}, key=data.tuple_key)

@@ -31,6 +31,30 @@ std::string fmt(char const *f, double v)
   return buf;
 }
 
+/// A column's time unit: µs while its largest value is below 1 ms, then ms, then s.
+struct TimeUnit
+{
+  double scale;
+  std::string name;
+};
+TimeUnit timeUnit(double max_seconds, bool latex)
+{
+  if (max_seconds < 1e-3)
+    return {1e6, latex ? "\\textmu s" : "µs"};
+  return max_seconds < 1 ? TimeUnit{1e3, "ms"} : TimeUnit{1, "s"};
+}
+
+/// At least three significant digits and never an exponent: 51.2, 0.0512, 39279.
+std::string threeDigits(double v)
+{
+  if (!(v > 0))
+    return "0";
+  int const decimals = v >= 100 ? 0 : 2 - static_cast<int>(std::floor(std::log10(v)));
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
 /// Columns shown in the tables: an option column appears only when it varies across rows; the
 /// constant ones go into the caption, as papers print them.
 struct Column
@@ -49,12 +73,12 @@ struct TableLayout
 TableLayout layoutOf(ResultSet const &rs, bool latex)
 {
   TableLayout t;
-  double max_median = 0;
+  auto timed = [](ResultRow const &r) { return r.samples > 0; };
+  double max_median = 0, max_p90 = 0;
   for (auto const &r : rs.rows)
-    max_median = std::max(max_median, r.median);
-  bool const ms = max_median > 0.02;
-  double const scale = ms ? 1e3 : 1e6;
-  std::string const unit = ms ? "ms" : (latex ? "\\textmu s" : "µs");
+    if (timed(r))
+      max_median = std::max(max_median, r.median), max_p90 = std::max(max_p90, r.p90);
+  TimeUnit const median_unit = timeUnit(max_median, latex), spread_unit = timeUnit(max_p90, latex);
 
   std::vector<Column> options{
       {"input", [](auto const &r) { return r.input; }},
@@ -78,11 +102,11 @@ TableLayout layoutOf(ResultSet const &rs, bool latex)
   }
   t.cols.push_back({"design", [](auto const &r) { return r.design; }});
   t.cols.push_back({"path", [](auto const &r) { return r.path; }});
-  auto timed = [](ResultRow const &r) { return r.samples > 0; };
-  t.cols.push_back({"median (" + unit + ")",
-                    [=](auto const &r) { return timed(r) ? fmt("%.1f", r.median * scale) : "-"; }});
-  t.cols.push_back({"p10-p90 (" + unit + ")", [=](auto const &r) {
-                      return timed(r) ? fmt("%.1f", r.p10 * scale) + "-" + fmt("%.1f", r.p90 * scale) : "-";
+  t.cols.push_back({"median (" + median_unit.name + ")",
+                    [=](auto const &r) { return timed(r) ? threeDigits(r.median * median_unit.scale) : "-"; }});
+  t.cols.push_back({"p10-p90 (" + spread_unit.name + ")", [=](auto const &r) {
+                      double const k = spread_unit.scale;
+                      return timed(r) ? threeDigits(r.p10 * k) + "-" + threeDigits(r.p90 * k) : "-";
                     }});
   t.cols.push_back({"TFLOP/s", [=](auto const &r) { return timed(r) ? fmt("%.3g", r.tflops) : "-"; }});
   t.cols.push_back({"GB/s", [=](auto const &r) { return timed(r) ? fmt("%.3g", r.gbps) : "-"; }});

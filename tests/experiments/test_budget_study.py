@@ -24,13 +24,17 @@ import latency_model  # noqa: E402
 CANOPY = None
 
 
+STUDY = os.path.join(ROOT, "experiments", "budget", "budget_study.py")
+TINY = os.path.join(ROOT, "tests", "experiments", "budget_tiny.toml")
+GRID = ["--profile", "chat", "--batch", "1,2", "--tree", "4,8,16", "--prefix", "64,256"]
+
+
 class Pipeline(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="budget-tiny-")
-        config = os.path.join(ROOT, "tests", "experiments", "budget_tiny.toml")
-        cmd = ["/usr/bin/python3", os.path.join(ROOT, "experiments", "budget", "budget_study.py"), "--config", config,
-               "--canopy", CANOPY, "--out", "out", "--peer", "none", "--format", "png"]
+        cmd = ["/usr/bin/python3", STUDY, "--config", TINY, "--canopy", CANOPY, "--out", "out", "--peer", "none",
+               "--format", "png", *GRID]
         cls.proc = subprocess.run(cmd, cwd=cls.dir, capture_output=True, text=True, timeout=600)
         cls.out = os.path.join(cls.dir, "out", "budget")
 
@@ -52,12 +56,13 @@ class Pipeline(unittest.TestCase):
         lm = latency_model.LatencyModel(model)
         fit = model["designs"]["kokkos-team"]["fit"]
         self.assertLess(fit["max_rel_error"], 1.0, "a fit this far off explains nothing")
+        self.assertEqual(sorted((r["batch"], r["tree"], r["prefix"]) for r in rows),
+                         sorted((B, T, P) for B in (1, 2) for T in (4, 8, 16) for P in (64, 256)))
         for r in rows:
-            dims = dict(tok.split("=") for tok in r["input"].split())
-            B, T, P = int(dims["B"]), int(dims["T"]), int(dims["P"])
+            B, T, P = r["batch"], r["tree"], r["prefix"]
             measured = r["median_s"]
             self.assertGreater(measured, 0)
-            self.assertAlmostEqual(lm.latency("kokkos-team", B, P, T) / measured, 1.0, places=12, msg=r["input"])
+            self.assertAlmostEqual(lm.latency("kokkos-team", B, P, T) / measured, 1.0, places=12, msg=r["trace"])
             self.assertLessEqual(abs(lm.fitted("kokkos-team", B, P, T) / measured - 1), fit["max_rel_error"] + 1e-12)
         with self.assertRaises(ValueError):
             lm.latency("kokkos-team", 1, 64, 17)  # above the largest tree measured
@@ -82,15 +87,14 @@ class Shards(unittest.TestCase):
     def test_sharded_run_matches_the_grid_and_resumes(self):
         work = tempfile.mkdtemp(prefix="budget-shards-")
         self.addCleanup(shutil.rmtree, work, True)
-        config = os.path.join(ROOT, "tests", "experiments", "budget_tiny.toml")
-        cmd = ["/usr/bin/python3", os.path.join(ROOT, "experiments", "budget", "budget_study.py"), "--config", config,
-               "--canopy", CANOPY, "--out", "out", "--peer", "none", "--no-plots", "--shards", "3"]
+        cmd = ["/usr/bin/python3", STUDY, "--config", TINY, "--canopy", CANOPY, "--out", "out", "--peer", "none",
+               "--no-plots", "--shards", "3", *GRID]
 
         def run():
             proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=600)
             self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
             with open(os.path.join(work, "out", "budget", "results.json")) as f:
-                return sorted(r["input"] for r in json.load(f)["rows"] if r["status"] == "ok")
+                return sorted((r["batch"], r["tree"], r["prefix"]) for r in json.load(f)["rows"] if r["status"] == "ok")
 
         inputs = run()
         self.assertEqual(len(inputs), 12)
@@ -102,6 +106,47 @@ class Shards(unittest.TestCase):
         self.assertEqual(run(), inputs)
         self.assertEqual(os.stat(kept).st_mtime_ns, stamp, "a finished shard ran again")
         self.assertTrue(os.path.exists(os.path.join(run_dir, "shard-2", "results.json")))
+
+
+class TablesFrom(unittest.TestCase):
+    """--tables-from: the committed H200 study (docs/results/h200-budget-study) gives its tables again,
+    byte for byte, from its results.json with every display label removed (rows are read by their
+    fields), and its figures."""
+
+    def test_h200_study_regenerates_without_labels(self):
+        committed = os.path.join(ROOT, "docs", "results", "h200-budget-study")
+        work = tempfile.mkdtemp(prefix="budget-tables-")
+        self.addCleanup(shutil.rmtree, work, True)
+        src = os.path.join(work, "src")
+        os.makedirs(src)
+        with open(os.path.join(committed, "results.json")) as f:
+            results = json.load(f)
+        for r in results["rows"]:
+            r.pop("input", None)
+        with open(os.path.join(src, "results.json"), "w") as f:
+            json.dump(results, f)
+        shutil.copy(os.path.join(committed, "acceptance.json"), src)
+        out = os.path.join(work, "out")
+        proc = subprocess.run(["/usr/bin/python3", STUDY, "--tables-from", src, "--out", out, "--format", "png"],
+                              capture_output=True, text=True, timeout=300, env=dict(os.environ, MPLBACKEND="Agg"))
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        for name in ("budget-curve.md", "budget-curve.csv", "latency_model.json"):
+            with open(os.path.join(out, name)) as a, open(os.path.join(committed, name)) as b:
+                self.assertEqual(a.read(), b.read(), name)
+        for stem in ("budget-study_tree.png", "budget-study_model.png", "budget-study_speedup.png"):
+            self.assertGreater(os.path.getsize(os.path.join(out, stem)), 10_000, stem)
+
+    def test_config_with_inputs_is_refused(self):
+        work = tempfile.mkdtemp(prefix="budget-inputs-")
+        self.addCleanup(shutil.rmtree, work, True)
+        config = os.path.join(work, "with_inputs.toml")
+        with open(TINY) as f, open(config, "w") as g:
+            g.write(f.read() + '[inputs]\ntraces = ["x.h5"]\n')
+        proc = subprocess.run(["/usr/bin/python3", STUDY, "--config", config, "--canopy", CANOPY, "--out", "out",
+                               "--peer", "none", "--no-plots", *GRID], cwd=work, capture_output=True, text=True,
+                              timeout=600)
+        self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
+        self.assertIn("has [inputs]", proc.stderr)
 
 
 class Model(unittest.TestCase):

@@ -33,17 +33,18 @@ SLOWDOWN = {"cuda-sm120": 4.0, "cuda-sm120-w32": 4.3, "cuda-flat": 40.0, "kokkos
             "torch-reference": 9.0}
 
 
-def row(design, B, T, P, H=8, slowdown=None, suffix="", **fields):
-    """One results.json row with every field `canopy run` writes, numbers from a simple cost model."""
+def row(design, B, T, P, H=8, slowdown=None, **fields):
+    """One results.json row with every field `canopy run` writes except the display label `input`
+    (figures read the axis fields), numbers from a simple cost model."""
     flops = 2.0 * B * H * T * (P + T) * (576 + 512)
     nbytes = B * (P + T) * 576 * 2.0 + B * H * T * 576 * 4.0
     bound = max(flops / GEMM, nbytes / COPY)
     median = bound * (slowdown or SLOWDOWN.get(design, 6.0)) + 4e-6
-    p_label = f"{P // 1024}K" if P % 1024 == 0 else str(P)
     r = {"bytes_min": nbytes, "checked_steps": 1, "design": design, "flops": flops, "gbps": nbytes / median / 1e9,
-         "group": "all", "input": f"B={B} H={H} T={T} P={p_label}{suffix}", "l2_flush": True, "mask": "tree",
+         "group": "all", "trace": "", "batch": B, "heads": H, "tree": T, "prefix": P, "ragged": False,
+         "compacted": False, "values": "random", "recorded_values": False, "l2_flush": True, "mask": "tree",
          "max_abs_error": 1.6e-4, "median_s": median, "mode": "graph", "note": "", "nsplit": 0,
-         "p10_s": median * 0.98, "p90_s": median * 1.03, "path": f"{design}/mma/tree", "rel_l2_error": 1.9e-3,
+         "p10_s": median * 0.98, "p90_s": median * 1.03, "path": f"{design}/mma/tree", "splits": 16, "rel_l2_error": 1.9e-3,
          "roofline_fraction": bound / median, "roofline_s": bound, "mma_roofline_s": max(flops / MMA, nbytes / COPY),
          "mma_roofline_fraction": max(flops / MMA, nbytes / COPY) / median, "samples": 30, "speedup": 1.0,
          "fma_roofline_s": max(flops / FMA, nbytes / COPY), "fma_roofline_fraction": max(flops / FMA, nbytes / COPY) / median,
@@ -89,8 +90,8 @@ def fixtures():
             for B in (1, 8) for P in (1024, 4096, 32768) for d in ("cuda-sm120", "cuda-flat") for m in ("eager", "graph")]
     out["graph"] = (results("graph_vs_eager", rows, "cuda-sm120"), ["--out", "figs", "--format", "png"],
                     ["prefix", "roofline", "speedup", "options"])
-    rows = [row(d, B, 33, P, suffix=sfx) for B in (1, 8) for P in (16384, 65536)
-            for d in ("cuda-sm120", "cuda-flat") for sfx in ("", " compacted")]
+    rows = [row(d, B, 33, P, compacted=c) for B in (1, 8) for P in (16384, 65536)
+            for d in ("cuda-sm120", "cuda-flat") for c in (False, True)]
     out["frag"] = (results("fragmentation", rows, "cuda-sm120"), ["--format", "png"], ["roofline", "speedup", "options"])
     # T over five sizes: the budget curve
     rows = grid(["cuda-sm120", "kokkos-team", "cuda-flat"], [1, 8], [17, 33, 65, 129, 256], [16384, 65536])
@@ -99,7 +100,7 @@ def fixtures():
     out["single"] = (results("single", [row("cuda-sm120", 1, 33, 4096)], "cuda-sm120"), ["--format", "png", "pdf"],
                      ["roofline"])
     # a host run: no peaks (roofline_s = 0), the mask swept
-    rows = [row("reference", B, 5, 32, H=2, mask=m, roofline_s=0.0, mma_roofline_s=0.0, suffix=" ragged",
+    rows = [row("reference", B, 5, 32, H=2, mask=m, roofline_s=0.0, mma_roofline_s=0.0, ragged=True,
                 mode="eager", l2_flush=False) for B in (1, 3) for m in ("tree", "parents")]
     out["host"] = (results("tiny", rows, "reference", env=HOST_ENV), ["--format", "png"], ["roofline", "options"])
     # nothing timed
@@ -193,11 +194,21 @@ class PlotsRender(unittest.TestCase):
 
 
 class PlotsData(unittest.TestCase):
-    def test_parse_input(self):
-        self.assertEqual(data.parse_input("B=8 H=8 T=65 P=16K"), ({"B": 8, "H": 8, "T": 65, "P": 16384}, ""))
-        self.assertEqual(data.parse_input("B=1 H=2 T=5 P=32 ragged compacted"),
-                         ({"B": 1, "H": 2, "T": 5, "P": 32}, "ragged compacted"))
-        self.assertEqual(data.parse_input("ddtree_values_h8"), ({}, "ddtree_values_h8"))
+    def test_axes_come_from_fields_never_the_label(self):
+        # The label says one shape, the fields another: the fields win.
+        r = data.Row(dict(row("cuda-sm120", 8, 65, 16384), input="B=1 H=2 T=5 P=32"))
+        self.assertEqual(r.dims, {"B": 8, "H": 8, "T": 65, "P": 16384})
+        self.assertEqual(r.variant, "")
+        r = data.Row(row("reference", 1, 5, 32, H=2, ragged=True, compacted=True, values="tree-dominant"))
+        self.assertEqual(r.variant, "ragged compacted tree-dominant")
+        self.assertEqual(r.label(), "B=1 H=2 T=5 P=32")
+        traced = data.Row(row("reference", 2, 9, 300, trace="data/run_B1_T2_P3.h5", recorded_values=True))
+        self.assertEqual((traced.dims, traced.variant), ({"B": 2, "H": 8, "T": 9, "P": 300}, "recorded values"))
+        self.assertEqual(traced.label(), "run_B1_T2_P3.h5")
+        self.assertNotEqual(traced.shape_key(), data.Row(row("reference", 2, 9, 300)).shape_key())
+
+    def test_fixtures_carry_no_label(self):
+        self.assertTrue(all("input" not in r for res, _, _ in fixtures().values() for r in res["rows"]))
 
     def test_ceilings_from_environment_and_rows(self):
         res = results("designs", grid(["cuda-sm120"], [1, 8], [33], [4096, 65536]), "cuda-sm120")

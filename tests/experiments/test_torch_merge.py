@@ -14,9 +14,13 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 PEER = os.path.join(ROOT, "experiments", "peers", "torch_reference.py")
 
 
-def row(design, label, median_us, status="ok", mask="full", workspace="persistent", path=None):
-    return {"design": design, "input": label, "group": "all", "mask": mask, "workspace": workspace, "mode": "graph",
-            "nsplit": 0, "l2_flush": True, "status": status, "note": "", "path": path or design + "/mma/full",
+def row(design, shape, median_us, status="ok", mask="full", workspace="persistent", splits=0, trace=""):
+    """A schema-2 row without the display label: the merge must read the axis fields. The path names
+    no split count, so a split count read from it could not match."""
+    B, T, P = shape
+    return {"design": design, "group": "all", "trace": trace, "batch": B, "heads": 8, "tree": T, "prefix": P,
+            "ragged": bool(trace), "mask": mask, "workspace": workspace, "mode": "graph", "nsplit": 0,
+            "splits": splits, "l2_flush": True, "status": status, "note": "", "path": design + "/mma/full",
             "median_s": median_us * 1e-6, "samples": 30, "tflops": 100.0, "roofline_fraction": 0.25,
             "mma_roofline_fraction": 0.3}
 
@@ -34,12 +38,12 @@ class TorchMerge(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         return [l for l in out.stdout.splitlines() if l.startswith("| ") and l[2].isdigit()]
 
-    def test_speedups_and_chosen_nsplit_per_shape(self):
+    def test_speedups_and_prefix_splits_per_shape(self):
         lines = self.merge(
-            [row("cuda-sm120", "B=8 H=8 T=33 P=64K", 100.0, path="cuda-sm120/mma-split13-f32/full"),
-             row("cuda-sm120-bf16p", "B=8 H=8 T=33 P=64K", 110.0),
-             row("cuda-flat", "B=8 H=8 T=33 P=64K", 450.0),
-             row("cuda-sm120", "B=1 H=8 T=17 P=4096", 30.0, path="cuda-sm120/mma-split43-f32/full")],
+            [row("cuda-sm120", (8, 33, 65536), 100.0, splits=13),
+             row("cuda-sm120-bf16p", (8, 33, 65536), 110.0),
+             row("cuda-flat", (8, 33, 65536), 450.0),
+             row("cuda-sm120", (1, 17, 4096), 30.0, splits=43)],
             [{"B": 8, "T": 33, "P": 65536, "median_us": 400.0}, {"B": 1, "T": 17, "P": 4096, "median_us": 60.0}])
         self.assertEqual(len(lines), 2, lines)
         first = [c.strip() for c in lines[0].strip("|").split("|")]
@@ -54,10 +58,10 @@ class TorchMerge(unittest.TestCase):
 
     def test_rows_of_other_options_or_failed_rows_are_left_out(self):
         lines = self.merge(
-            [row("cuda-sm120", "B=1 H=8 T=33 P=16K", 50.0, mask="tree"),
-             row("cuda-sm120", "B=1 H=8 T=65 P=16K", 50.0, workspace="per-call"),
-             row("cuda-sm120", "B=8 H=8 T=65 P=16K", 50.0, status="FAILED"),
-             row("cuda-sm120", "trace.h5", 50.0)],
+            [row("cuda-sm120", (1, 33, 16384), 50.0, mask="tree"),
+             row("cuda-sm120", (1, 65, 16384), 50.0, workspace="per-call"),
+             row("cuda-sm120", (8, 65, 16384), 50.0, status="FAILED"),
+             row("cuda-sm120", (1, 17, 4096), 50.0, trace="traces/run.h5")],
             [])
         self.assertEqual(lines, [])
 

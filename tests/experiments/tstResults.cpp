@@ -69,6 +69,30 @@ ResultSet sample()
   return rs;
 }
 
+// Two rows 51 µs and 95 µs apart must read apart in a run whose slowest row is 39 ms (one
+// decimal in ms printed both as 0.1); a run below 1 ms is in µs.
+TEST(Results, tableTimesKeepThreeSignificantDigits)
+{
+  ResultSet rs = sample();
+  rs.rows.resize(2);
+  rs.rows[0].median = rs.rows[0].p90 = 39.3e-3;
+  rs.rows[0].p10 = 39.1e-3;
+  rs.rows[1].median = 51.2e-6;
+  rs.rows[1].p10 = 50.1e-6;
+  rs.rows[1].p90 = 95.4e-6;
+  std::string md = toMarkdownTable(rs);
+  EXPECT_NE(md.find("| 39.3 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 0.0512 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 0.0501-0.0954 |"), std::string::npos) << md;
+  rs.rows[0].median = rs.rows[0].p90 = 812.5e-6;
+  rs.rows[0].p10 = 800e-6;
+  md = toMarkdownTable(rs);
+  EXPECT_NE(md.find("median (µs)"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 812 |"), std::string::npos) << md;  // three digits and no more: not 812.5
+  EXPECT_NE(md.find("| 51.2 |"), std::string::npos) << md;
+  EXPECT_NE(toLatexTable(rs).find("median (\\textmu s)"), std::string::npos);
+}
+
 TEST(Results, speedupsMatchOptionsAndSkipFailures)
 {
   ResultSet rs = sample();
@@ -88,7 +112,12 @@ TEST(Results, markdownAndLatexTables)
   EXPECT_EQ(md.find("| NSPLIT |"), std::string::npos) << "constant options go to the caption";
   EXPECT_NE(md.find("NSPLIT = 4"), std::string::npos);
   EXPECT_NE(md.find("4.00x"), std::string::npos);
-  EXPECT_NE(md.find("2000.0"), std::string::npos) << "times in µs below 20 ms";
+  // Medians up to 2 ms: the column is in ms, every value with three significant digits, so the
+  // 0.5 ms rows do not round to a digit or two.
+  EXPECT_NE(md.find("median (ms)"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 2.00 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 0.500 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 1.90-2.20 |"), std::string::npos) << md;
   EXPECT_NE(md.find("FAILED"), std::string::npos);
   EXPECT_NE(md.find("step 3: rel L2 0.5"), std::string::npos);
   std::string const tex = toLatexTable(rs);

@@ -80,6 +80,8 @@ TEST(KokkosDesigns, workspaceStrategiesHoldWhatTheySay)
     DesignPtr d = makeDesign(name);
     o.workspace = WorkspaceStrategy::kPersistent;
     d->plan(boundsOf(p), o);
+    // nsplit counts prefix splits (docs/experiments.md): 4 of them plus the tree's own partial.
+    EXPECT_EQ(d->splits(), 4) << name;
     size_t const persistent = d->workspaceBytes();
     EXPECT_GE(persistent, static_cast<size_t>(5 * p.meta.numNodes() * 2 * (D_V + 1) * sizeof(float)));
 

@@ -1,0 +1,57 @@
+#!/usr/bin/python3
+"""experiments/gpu/compare_builds.py (the compare.md of run_cuda_h200.sh compare) on results.json
+files without display labels: rows match by their fields, the best of the rounds counts, the mean
+change covers P >= 16K only, and failed or missing runs are counted."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+COMPARE = os.path.join(ROOT, "experiments", "gpu", "compare_builds.py")
+
+
+def row(design, B, T, P, median_us, status="ok"):
+    return {"design": design, "group": "all", "trace": "", "batch": B, "heads": 8, "tree": T, "prefix": P,
+            "ragged": False, "compacted": False, "values": "random", "recorded_values": False, "mask": "tree",
+            "nsplit": 0, "workspace": "persistent", "mode": "graph", "status": status, "samples": 30,
+            "median_s": median_us * 1e-6}
+
+
+class CompareBuilds(unittest.TestCase):
+    def run_compare(self, runs, rounds, builds):
+        with tempfile.TemporaryDirectory() as out:
+            for (build, r), rows in runs.items():
+                os.makedirs(os.path.join(out, f"{build}-round{r}"))
+                with open(os.path.join(out, f"{build}-round{r}", "results.json"), "w") as f:
+                    json.dump({"rows": rows}, f)
+            proc = subprocess.run([sys.executable, COMPARE, out, str(rounds), *builds], capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        return proc.stdout
+
+    def test_best_round_mean_over_long_prefixes_and_failures(self):
+        runs = {("base", 1): [row("cuda-sm120", 1, 17, 4096, 40.0), row("cuda-sm120", 8, 65, 16384, 200.0)],
+                ("base", 2): [row("cuda-sm120", 1, 17, 4096, 42.0), row("cuda-sm120", 8, 65, 16384, 190.0)],
+                ("v1", 1): [row("cuda-sm120", 1, 17, 4096, 20.0), row("cuda-sm120", 8, 65, 16384, 171.0)],
+                ("v1", 2): [row("cuda-sm120", 1, 17, 4096, 80.0, status="FAILED")]}
+        text = self.run_compare(runs, 2, ["base", "v1"])
+        lines = text.splitlines()
+        self.assertIn("| cuda-sm120 | B=1 H=8 T=17 P=4K | 40.0 | -50.0% |", lines)
+        self.assertIn("| cuda-sm120 | B=8 H=8 T=65 P=16K | 190.0 | -10.0% |", lines)
+        # P = 4K is outside the mean; one FAILED row and one missing shape of round 2 are not
+        # "missing" runs: only the failed row counts.
+        self.assertIn("v1: mean -10.0% over 1 shapes with P >= 16K; 1 rows failed or missing", lines)
+        self.assertIn("base: base; 0 rows failed or missing", lines)
+
+    def test_missing_run_counts_and_variant_without_rows(self):
+        runs = {("base", 1): [row("cuda-sm120", 1, 17, 65536, 100.0)]}
+        text = self.run_compare(runs, 1, ["base", "v2"])
+        self.assertIn("| cuda-sm120 | B=1 H=8 T=17 P=64K | 100.0 | n/a |", text.splitlines())
+        self.assertIn("v2: no shape with P >= 16K measured by both; 1 rows failed or missing", text.splitlines())
+
+
+if __name__ == "__main__":
+    unittest.main()
