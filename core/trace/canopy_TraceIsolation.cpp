@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -255,7 +254,7 @@ TraceColumns readColumnsIsolated(std::function<TraceColumns()> const &read, std:
   if (killed)
   {
     char seconds[32];
-    std::snprintf(seconds, sizeof seconds, "%.0f", std::ceil(deadline_s));
+    std::snprintf(seconds, sizeof seconds, "%.0f", deadline_s);
     throw InputError(label + ": unreadable (reader did not finish): libhdf5 was still parsing after " + seconds +
                      " s, as it does on some corrupt files");
   }
