@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -213,6 +214,8 @@ TraceColumns readColumnsIsolated(std::function<TraceColumns()> const &read, std:
     // Child: parse, stream, and leave without running the parent's atexit handlers or flushing
     // its stdio buffers (they would be written twice).
     ::close(fds[0]);
+    // A parent killed while waiting (a timeout, Ctrl-C) takes its reader along.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     std::signal(SIGPIPE, SIG_IGN);
     int code = 0;
     try

@@ -22,6 +22,16 @@ namespace
 constexpr char const LOCK_NAME[] = ".canopy.lock";
 constexpr char const STAGING_TAG[] = ".canopy-staging-";
 
+/// What a run (and plot.py beside it) writes into its folder: what --overwrite may replace.
+bool isRunOutput(fs::directory_entry const &entry)
+{
+  std::string const name = entry.path().filename().string();
+  std::string const ext = entry.path().extension().string();
+  std::error_code ec;
+  return entry.is_regular_file(ec) && (name == "results.json" || name == "results.csv" || name == "table.md" ||
+                                       name == "table.tex" || ext == ".png" || ext == ".pdf");
+}
+
 /// Writes all of \p text to a new file \p path and fsyncs it: after this returns the bytes are on disk.
 void writeSynced(std::string const &path, std::string const &text)
 {
@@ -98,8 +108,7 @@ OutputDir::OutputDir(std::string dir, bool overwrite, std::string flag) : _dir(s
     _lock_fd = -1;
     refuse("is in use by another canopy run (it holds " + lock + ")");
   }
-  std::string first;
-  bool has_results = false;
+  std::string first, foreign;
   for (auto const &entry : fs::directory_iterator(_dir, ec))
   {
     std::string const name = entry.path().filename().string();
@@ -107,14 +116,15 @@ OutputDir::OutputDir(std::string dir, bool overwrite, std::string flag) : _dir(s
       continue;
     if (first.empty())
       first = name;
-    has_results = has_results || name == "results.json";
+    if (foreign.empty() && !isRunOutput(entry))
+      foreign = name;
   }
   if (!first.empty() && !overwrite)
     refuse("is not empty (it holds '" + first + "'): pass --overwrite to replace a previous run's results, or "
            "choose a new folder");
-  if (!first.empty() && !has_results)
-    refuse("holds files that are not a canopy run's results (e.g. '" + first + "'); --overwrite replaces only a "
-           "folder with a results.json: choose a new folder");
+  if (!foreign.empty())
+    refuse("holds files that are not a canopy run's results (e.g. '" + foreign + "'); --overwrite replaces only a "
+           "folder of results, tables and figures: choose a new folder");
   fs::path const abs = fs::absolute(_dir).lexically_normal();
   fs::path const leaf = abs.has_filename() ? abs : abs.parent_path();
   std::string const prefix = "." + leaf.filename().string() + STAGING_TAG;

@@ -20,7 +20,7 @@ struct OutputFile
 /// The constructor does, before any work: creates the folder, takes an exclusive lock on it (flock
 /// of `.canopy.lock` inside; a second run into the same folder is refused while the first holds
 /// it), refuses a folder that already holds anything unless \p overwrite (and even then one that
-/// holds no `results.json`, i.e. anything but a previous run's output), and creates the staging
+/// holds anything but a previous run's results, tables and figures), and creates the staging
 /// folder beside it, which proves the parent writable too. commit() writes every file into the
 /// staging folder, fsyncs each file and the folder, and swaps it with the output folder in one
 /// rename (renameat2 RENAME_EXCHANGE; on file systems without it, two renames), so readers see the
