@@ -5,6 +5,7 @@
 #include "canopy_CostModel.hpp"
 #include "canopy_Error.hpp"
 #include "canopy_Generator.hpp"
+#include "canopy_InputLimits.hpp"
 #include "canopy_Reference.hpp"
 #include "canopy_Registry.hpp"
 #include "canopy_StepCheck.hpp"
@@ -12,6 +13,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <memory>
 
 namespace canopy::cli
@@ -28,7 +30,31 @@ struct CheckFlags
   std::string trace;
   int64_t steps = 0;
   std::string values = "both";  ///< random, tree-dominant, or both (a design must pass each)
+  std::map<std::string, CLI::Option *> given;  ///< flags whose use is checked against --trace
 };
+
+/// The one validation of check's inputs (canopy_InputLimits.hpp, shared with run configs), and the
+/// flags that would be silently ignored: --trace fixes the shapes, --steps needs a trace.
+void validateCheckFlags(CheckFlags const &f)
+{
+  auto const given = [&](char const *flag) { return f.given.at(flag)->count() > 0; };
+  if (!f.trace.empty())
+  {
+    for (char const *flag : {"--batch", "--heads", "--tree", "--prefix", "--ragged", "--padded"})
+      if (given(flag))
+        throw InputError(std::string(flag) + " and --trace: the trace fixes the shapes; give one or the other");
+  }
+  else if (given("--steps"))
+    throw InputError("--steps: applies to --trace only (give --trace FILE, or drop --steps)");
+  requireWithin(limits::NSPLIT, f.nsplit, "--nsplit");
+  if (!f.trace.empty())
+    return;
+  requireWithin(limits::BATCH, f.gen.batch, "--batch");
+  requireWithin(limits::HEADS, f.gen.num_heads, "--heads");
+  requireWithin(limits::TREE, f.gen.tree_size, "--tree");
+  requireWithin(limits::PREFIX, f.gen.prefix_len, "--prefix");
+  requireWithin(limits::PADDED, f.gen.padded_rows, "--padded");
+}
 
 /// The value modes a check runs: with "both", a design passes only if it passes under each.
 std::vector<ValueMode> valueModes(std::string const &name)
@@ -90,8 +116,6 @@ std::vector<std::string> resolveDesigns(std::string const &list)
 int runCheck(CheckFlags f)
 {
   f.gen.mask_layout = parseMaskLayout(f.mask, "--mask");
-  if (f.nsplit < 1)
-    throw InputError("--nsplit: must be >= 1, got " + std::to_string(f.nsplit));
   std::vector<std::string> const designs = resolveDesigns(f.designs);
   std::vector<ValueMode> const modes = valueModes(f.values);
   GeneratorOptions shape_only = f.gen;
@@ -201,18 +225,18 @@ void addCheckCommand(CLI::App &app, Action &action)
 {
   auto flags = std::make_shared<CheckFlags>();
   CLI::App *cmd = app.add_subcommand("check", "Run designs against the fp64 reference on a generated problem");
-  cmd->add_option("--batch,-b", flags->gen.batch, "requests with work")->check(CLI::Range(0, 4096));
-  cmd->add_option("--heads", flags->gen.num_heads, "query heads")->check(CLI::Range(1, 128));
-  cmd->add_option("--tree,-t", flags->gen.tree_size, "tree nodes per request (max when ragged)")->check(CLI::Range(0, 1024));
-  cmd->add_option("--prefix,-p", flags->gen.prefix_len, "prefix tokens per request (max when ragged)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
-  cmd->add_flag("--ragged", flags->gen.ragged, "draw T and P per request");
-  cmd->add_option("--padded", flags->gen.padded_rows, "empty rows appended (graph bucket padding)")->check(CLI::Range(0, 4096));
+  auto &given = flags->given;
+  given["--batch"] = cmd->add_option("--batch,-b", flags->gen.batch, "requests with work");
+  given["--heads"] = cmd->add_option("--heads", flags->gen.num_heads, "query heads");
+  given["--tree"] = cmd->add_option("--tree,-t", flags->gen.tree_size, "tree nodes per request (max when ragged)");
+  given["--prefix"] = cmd->add_option("--prefix,-p", flags->gen.prefix_len, "prefix tokens per request (max when ragged)");
+  given["--ragged"] = cmd->add_flag("--ragged", flags->gen.ragged, "draw T and P per request");
+  given["--padded"] = cmd->add_option("--padded", flags->gen.padded_rows, "empty rows appended (graph bucket padding)");
   cmd->add_option("--mask", flags->mask, "mask layout: full, tree or parents")
       ->check(CLI::IsMember({"full", "tree", "parents"}));
-  cmd->add_option("--seed", flags->gen.seed, "generator seed");
+  cmd->add_option("--seed", flags->gen.seed, "generator seed")->check(DIGITS_ONLY);
   cmd->add_option("--designs", flags->designs, "comma-separated designs, or 'all'");
-  cmd->add_option("--nsplit", flags->nsplit, "prefix splits per request (docs/experiments.md)")->check(CLI::Range(1, 1024));
+  cmd->add_option("--nsplit", flags->nsplit, "prefix splits per request, 0 = auto (docs/experiments.md)");
   cmd->add_flag("--strict", flags->strict, "a fallback to another kernel path is an error");
   cmd->add_option("--trace", flags->trace, "check on every step of this trace (recorded values when present)")
       ->check(CLI::ExistingFile);
@@ -220,9 +244,13 @@ void addCheckCommand(CLI::App &app, Action &action)
                   "inputs: random (the prefix carries the attention), tree-dominant (the visible tree keys do), or "
                   "both (default: a design must pass each)")
       ->check(CLI::IsMember({"random", "tree-dominant", "both"}));
-  cmd->add_option("--steps", flags->steps, "with --trace: only the first N steps (0 = all)")->check(CLI::NonNegativeNumber);
+  given["--steps"] = cmd->add_option("--steps", flags->steps, "with --trace: only the first N steps (0 = all)")
+                         ->check(CLI::NonNegativeNumber);
   cmd->callback([flags, &action] {
-    action = [flags] { return flags->trace.empty() ? runCheck(*flags) : runTraceCheck(*flags); };
+    action = [flags] {
+      validateCheckFlags(*flags);
+      return flags->trace.empty() ? runCheck(*flags) : runTraceCheck(*flags);
+    };
   });
 }
 } // namespace canopy::cli

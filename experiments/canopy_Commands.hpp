@@ -14,9 +14,22 @@ namespace canopy::cli
 /// A subcommand's action; returns the process exit code (0 ok, 1 check failed, 2 bad input).
 using Action = std::function<int()>;
 
-/// \brief Writes \p results into \p dir, prints the Markdown table and "<what> <dir>/{...}", and
-/// returns the exit code: 1 when a row FAILED its check, else 0.
-int writeAndReport(ResultSet const &results, std::string const &dir, std::string const &what);
+/// \brief Writes \p results into \p out (claimed before the work, see OutputDir), prints the
+/// Markdown table and "<what> <dir>/{...}", and returns the exit code: 1 when a row FAILED its
+/// check, else 0.
+int writeAndReport(ResultSet const &results, OutputDir &out, std::string const &what);
+
+/// \brief A seed or count given as digits only: a negative number would wrap around in an unsigned
+/// option ("-1" became 2^64-1).
+inline CLI::Validator const DIGITS_ONLY(
+    [](std::string &text) {
+      bool const digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+      return digits ? std::string() : "must be a non-negative integer, got '" + text + "'";
+    },
+    "UINT");
+
+/// \brief Adds `--overwrite` to \p cmd: the one spelling of "replace what the output holds".
+CLI::Option *addOverwriteFlag(CLI::App *cmd, bool &overwrite, std::string const &what);
 
 /// \brief Adds `canopy check` (designs vs the fp64 reference on a generated problem or a trace).
 void addCheckCommand(CLI::App &app, Action &action);

@@ -21,10 +21,17 @@ struct MergeFlags
   std::vector<std::string> dirs;
   std::string out;
   bool allow_mixed_devices = false;
+  bool overwrite = false;
 };
 
 int runMerge(MergeFlags const &f)
 {
+  std::error_code ec;
+  for (size_t i = 0; i < f.dirs.size(); ++i)
+    if (std::filesystem::equivalent(f.dirs[i], f.out, ec))
+      throw InputError("--out: '" + f.out + "' is also input " + std::to_string(i + 1) + " ('" + f.dirs[i] +
+                       "'): the merge would replace a shard it reads; choose another folder");
+  OutputDir out(f.out, f.overwrite);
   std::vector<ShardResults> shards;
   for (std::string const &dir : f.dirs)
   {
@@ -39,7 +46,7 @@ int runMerge(MergeFlags const &f)
   MergeOptions opt;
   opt.allow_mixed_devices = f.allow_mixed_devices;
   ResultSet const merged = mergeShards(shards, opt);  // every check before anything is written
-  return writeAndReport(merged, f.out, "merged " + std::to_string(shards.size()) + " shards into");
+  return writeAndReport(merged, out, "merged " + std::to_string(shards.size()) + " shards into");
 }
 } // namespace
 
@@ -49,6 +56,7 @@ void addMergeCommand(CLI::App &app, Action &action)
   CLI::App *cmd = app.add_subcommand("merge", "Join the shard results of one sharded run into one run's results");
   cmd->add_option("dirs", flags->dirs, "output folders of canopy run --shard K/N, one per shard")->required();
   cmd->add_option("--out", flags->out, "output folder of the merged results")->required();
+  addOverwriteFlag(cmd, flags->overwrite, "the results already in the output folder");
   cmd->add_flag("--allow-mixed-devices", flags->allow_mixed_devices,
                 "merge shards measured on different devices (their rows keep their own device's times)");
   cmd->callback([flags, &action] { action = [flags] { return runMerge(*flags); }; });

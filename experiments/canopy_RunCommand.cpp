@@ -24,6 +24,8 @@ struct RunFlags
   std::string out;
   std::string shard;  ///< "K/N": this process runs share K of N (0-based), see docs/experiments.md
   bool quiet = false;
+  bool overwrite = false;
+  bool out_given = false;  ///< --out was on the command line (an empty one is an error, not "use the config's")
 };
 
 /// "K/N" with 0 <= K < N; InputError naming the flag otherwise.
@@ -61,21 +63,27 @@ private:
 int runRun(RunFlags const &f)
 {
   ExperimentConfig cfg = loadExperimentConfig(f.config);
-  if (!f.out.empty())
+  if (f.out_given)
     cfg.out_dir = f.out;
   if (!f.shard.empty())
     std::tie(cfg.shard_index, cfg.shard_count) = parseShard(f.shard);
+  OutputDir out(cfg.out_dir, f.overwrite, f.out_given ? "--out" : "output.dir");  // before any work
   auto progress = std::make_shared<ProgressLine>(cfg.progress && !f.quiet);
   ResultSet const rs = runExperiment(cfg, [progress](int64_t d, int64_t t) { (*progress)(d, t); });
-  return writeAndReport(rs, cfg.out_dir, "wrote");
+  return writeAndReport(rs, out, "wrote");
 }
 } // namespace
 
-int writeAndReport(ResultSet const &results, std::string const &dir, std::string const &what)
+CLI::Option *addOverwriteFlag(CLI::App *cmd, bool &overwrite, std::string const &what)
 {
-  writeResults(results, dir);
+  return cmd->add_flag("--overwrite", overwrite, "replace " + what + " (refused otherwise)");
+}
+
+int writeAndReport(ResultSet const &results, OutputDir &out, std::string const &what)
+{
+  out.commit(resultFiles(results));
   std::cout << toMarkdownTable(results) << "\n";
-  std::cout << what << " " << dir << "/{results.json,results.csv,table.md,table.tex}\n";
+  std::cout << what << " " << out.path() << "/{results.json,results.csv,table.md,table.tex}\n";
   for (auto const &r : results.rows)
     if (r.status == RowStatus::kFailed)
       return 1;
@@ -87,11 +95,15 @@ void addRunCommand(CLI::App &app, Action &action)
   auto flags = std::make_shared<RunFlags>();
   CLI::App *cmd = app.add_subcommand("run", "Run an experiment config: replay, time, check, write results and tables");
   cmd->add_option("config", flags->config, "experiment config (TOML), see docs/experiments.md")->required();
-  cmd->add_option("--out", flags->out, "output folder (overrides output.dir)");
+  CLI::Option *out = cmd->add_option("--out", flags->out, "output folder (overrides output.dir); it must be new or empty");
+  addOverwriteFlag(cmd, flags->overwrite, "the results of a previous run in the output folder");
   cmd->add_option("--shard", flags->shard,
                   "K/N: run only share K (0-based) of N of the inputs and option combinations (all designs of each); "
                   "join the shards with canopy merge");
   cmd->add_flag("--quiet", flags->quiet, "no progress line");
-  cmd->callback([flags, &action] { action = [flags] { return runRun(*flags); }; });
+  cmd->callback([flags, out, &action] {
+    flags->out_given = out->count() > 0;
+    action = [flags] { return runRun(*flags); };
+  });
 }
 } // namespace canopy::cli

@@ -122,7 +122,7 @@ struct SynthFlags
   int64_t steps = 0, warmup = 0, num_slots = 0, compact_every = 0, initial_run = 0, prompt = 0, output = 0;
   int concurrency = 0, budget = 0, heads = 0, deflate = 4, max_depth = 0, top_k = 0;
   double rate = 0, alpha_top = 0, alpha_rest = 0, alpha_tail = 0, depth_decay = 0, agreement = 0, sharpness = 0;
-  bool values = false, sort_free = false, quiet = false;
+  bool values = false, sort_free = false, quiet = false, overwrite = false;
   std::map<std::string, CLI::Option *> given;
   bool has(char const *flag) const
   {
@@ -179,6 +179,13 @@ int runSynth(SynthFlags const &f)
     if (f.has(flag))
       field = value;
   };
+  if (f.has("--concurrency") && f.has("--rate"))
+    throw InputError("--concurrency and --rate: give one (fixed concurrency or Poisson arrivals), not both");
+  // Refused before the simulation runs, not after.
+  if (f.out.empty())
+    throw InputError("--out: empty; give the trace file to write");
+  if (!f.overwrite && std::filesystem::exists(f.out))
+    throw InputError("--out: '" + f.out + "' exists; pass --overwrite to replace it");
   over("--seed", c.seed, f.seed);
   over("--steps", c.steps, f.steps);
   over("--warmup", c.warmup_steps, f.warmup);
@@ -304,7 +311,7 @@ void addTraceCommands(CLI::App &app, Action &action)
   CLI::App *synth = trace->add_subcommand("synth", "Simulate a serving run and write its DDTree verify trace");
   synth->add_option("--config,-c", f->config, "TOML config (see data/*.toml); flags override it")->check(CLI::ExistingFile);
   synth->add_option("--out,-o", f->out, "output trace file (.h5), written atomically")->required();
-  f->given["--seed"] = synth->add_option("--seed", f->seed, "simulation seed");
+  f->given["--seed"] = synth->add_option("--seed", f->seed, "simulation seed")->check(DIGITS_ONLY);
   f->given["--steps"] = synth->add_option("--steps", f->steps, "verify steps to record");
   f->given["--warmup"] = synth->add_option("--warmup", f->warmup, "steps simulated before recording");
   f->given["--concurrency"] = synth->add_option("--concurrency", f->concurrency, "fixed concurrency (arrivals = fixed)");
@@ -330,6 +337,7 @@ void addTraceCommands(CLI::App &app, Action &action)
   synth->add_flag("--values", f->values, "record /values (random q and pool, expected out from the reference)");
   synth->add_option("--deflate", f->deflate, "zlib level 0-9")->check(CLI::Range(0, 9));
   synth->add_flag("--quiet,-q", f->quiet, "print nothing");
+  addOverwriteFlag(synth, f->overwrite, "an existing trace file at --out");
   synth->callback([f, &action] { action = [f] { return runSynth(*f); }; });
 
   auto info_file = std::make_shared<std::string>();

@@ -238,8 +238,11 @@ std::vector<hsize_t> datasetDims(hid_t dataset, int rank, std::string const &pat
   return dims;
 }
 
-void readDataset(hid_t dataset, IntKind kind, void *out, hsize_t count, std::string const &path)
+void checkStored(hid_t dataset, IntKind kind, hsize_t count, std::string const &path)
 {
+  if (count > MAX_DATASET_ELEMENTS)
+    bad(path, "declares " + std::to_string(count) + " elements, more than a trace may hold (" +
+                  std::to_string(MAX_DATASET_ELEMENTS) + ")");
   if (count == 0)
     return;
   // Never-written chunks read back as fill values; a trace writer writes every element, so
@@ -271,11 +274,23 @@ void readDataset(hid_t dataset, IntKind kind, void *out, hsize_t count, std::str
   }
   else if (layout != H5D_CONTIGUOUS && layout != H5D_COMPACT)
     bad(path, "has an unsupported storage layout");
-  // Deflate expands at most ~1032:1, so stored bytes bound what a corrupt header can make us allocate.
+  // Deflate expands at most ~1032:1, so stored bytes bound what a corrupt header can make us allocate;
+  // and a corrupt chunk index can claim more storage than the whole file has.
   hsize_t const stored = H5Dget_storage_size(dataset);
   hsize_t const raw = count * kindSize(kind);
   if (raw / 1100 > stored || (layout != H5D_CHUNKED && stored < raw))
     bad(path, "declares " + std::to_string(raw) + " bytes but stores only " + std::to_string(stored));
+  Hid file = ownFile(H5Iget_file_id(dataset));
+  hsize_t file_bytes = 0;
+  if (file.valid() && H5Fget_filesize(file.get(), &file_bytes) >= 0 && raw / 1100 > file_bytes)
+    bad(path, "declares " + std::to_string(raw) + " bytes, more than a file of " + std::to_string(file_bytes) +
+                  " bytes can hold");
+}
+
+void readDataset(hid_t dataset, IntKind kind, void *out, hsize_t count, std::string const &path)
+{
+  if (count == 0)
+    return;
   if (H5Dread(dataset, nativeType(kind), H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
     bad(path, "cannot be read (corrupt or truncated data)");
 }

@@ -98,8 +98,15 @@ double readFloatAttr(hid_t obj, char const *name, std::string const &obj_path);
 void checkIntType(hid_t dataset, IntKind kind, std::string const &path);
 /// \brief Dimensions of a simple dataspace of rank \p rank; InputError otherwise.
 std::vector<hsize_t> datasetDims(hid_t dataset, int rank, std::string const &path);
-/// \brief Reads the whole dataset (\p count elements of \p kind) into \p out. Checks first that the
-/// data is really stored (a corrupt header can declare petabytes of never-written chunks).
+/// \brief The most elements a trace dataset may declare (2^34: 128 GiB of int64, beyond any host's
+/// trace): a larger count is refused before anything is allocated.
+constexpr hsize_t MAX_DATASET_ELEMENTS = hsize_t{1} << 34;
+/// \brief Checks, before the caller allocates for it, that a dataset of \p count elements of \p kind
+/// is within MAX_DATASET_ELEMENTS and really stored: every chunk written, and no more bytes declared
+/// than its storage and the file's size can hold (a corrupt header can declare petabytes).
+void checkStored(hid_t dataset, IntKind kind, hsize_t count, std::string const &path);
+/// \brief Reads the whole dataset (\p count elements of \p kind) into \p out, which checkStored
+/// has vetted.
 void readDataset(hid_t dataset, IntKind kind, void *out, hsize_t count, std::string const &path);
 
 // ---- writing -------------------------------------------------------------------------------

@@ -4,10 +4,16 @@
 
 #include "canopy_Error.hpp"
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <poll.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 
 namespace canopy::Impl
@@ -80,16 +86,34 @@ void putMessage(int fd, Tag tag, char const *what)
   putString(fd, what);
 }
 
-// ---- parent side: every read may hit EOF when the child died -----------------------------
+// ---- parent side: every read may hit EOF when the child died, or the deadline --------------
+using Clock = std::chrono::steady_clock;
+
+/// Milliseconds left until \p deadline, for poll(): 0 once it has passed.
+int msLeft(Clock::time_point deadline)
+{
+  auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<long long>(left, 0, 1 << 30));
+}
+
 class Stream
 {
 public:
-  explicit Stream(int fd) : _fd(fd) {}
+  Stream(int fd, Clock::time_point deadline) : _fd(fd), _deadline(deadline) {}
+  bool timedOut() const { return _timed_out; }
   bool get(void *data, size_t n)
   {
     auto *p = static_cast<char *>(data);
     while (n > 0)
     {
+      pollfd pfd{_fd, POLLIN, 0};
+      int const ready = ::poll(&pfd, 1, msLeft(_deadline));
+      if (ready < 0 && errno == EINTR)
+        continue;
+      if (ready == 0)
+        _timed_out = true;
+      if (ready <= 0)
+        return false;
       ssize_t const r = ::read(_fd, p, n);
       if (r < 0 && errno == EINTR)
         continue;
@@ -121,7 +145,31 @@ public:
 
 private:
   int _fd;
+  Clock::time_point _deadline;
+  bool _timed_out = false;
 };
+
+/// The child's exit status; a child still running at \p deadline is killed first (a reader that
+/// sent everything can still hang in libhdf5's cleanup).
+int reap(pid_t pid, Clock::time_point deadline, bool &killed)
+{
+  int status = 0;
+  while (true)
+  {
+    pid_t const r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid || (r < 0 && errno != EINTR))
+      return status;
+    if (Clock::now() >= deadline)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  killed = true;
+  ::kill(pid, SIGKILL);
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR)
+  {
+  }
+  return status;
+}
 
 bool getColumns(Stream &in, TraceColumns &c)
 {
@@ -140,7 +188,15 @@ bool getColumns(Stream &in, TraceColumns &c)
 }
 } // namespace
 
-TraceColumns readColumnsIsolated(std::function<TraceColumns()> const &read, std::string const &label)
+double readerDeadlineSeconds(uint64_t file_bytes)
+{
+  // libhdf5 reads a valid trace at well over 100 MB/s; 4 MB/s after a 10 s start leaves a wide
+  // margin for a loaded machine and still ends a loop in a corrupt file (35-45 KB) in 10 s.
+  return 10.0 + static_cast<double>(file_bytes) / (4.0 * 1024 * 1024);
+}
+
+TraceColumns readColumnsIsolated(std::function<TraceColumns()> const &read, std::string const &label,
+                                 double deadline_s)
 {
   int fds[2];
   if (::pipe(fds) != 0)
@@ -158,6 +214,8 @@ TraceColumns readColumnsIsolated(std::function<TraceColumns()> const &read, std:
     // Child: parse, stream, and leave without running the parent's atexit handlers or flushing
     // its stdio buffers (they would be written twice).
     ::close(fds[0]);
+    // A parent killed while waiting (a timeout, Ctrl-C) takes its reader along.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     std::signal(SIGPIPE, SIG_IGN);
     int code = 0;
     try
@@ -179,7 +237,9 @@ TraceColumns readColumnsIsolated(std::function<TraceColumns()> const &read, std:
     _exit(code);
   }
   ::close(fds[1]);
-  Stream in(fds[0]);
+  auto const deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(deadline_s));
+  Stream in(fds[0], deadline);
   uint8_t tag = 0;
   TraceColumns columns;
   std::string message;
@@ -192,9 +252,14 @@ TraceColumns readColumnsIsolated(std::function<TraceColumns()> const &read, std:
       complete = in.getString(message);
   }
   ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR)
+  bool killed = in.timedOut();
+  int const status = reap(pid, killed ? Clock::now() : deadline, killed);
+  if (killed)
   {
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%.0f", deadline_s);
+    throw InputError(label + ": unreadable (reader did not finish): libhdf5 was still parsing after " + seconds +
+                     " s, as it does on some corrupt files");
   }
   if (WIFSIGNALED(status))
     throw InputError(label + ": the HDF5 library crashed (signal " + std::to_string(WTERMSIG(status)) + ", " +

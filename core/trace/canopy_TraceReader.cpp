@@ -46,6 +46,7 @@ std::vector<T> readVector(hid_t file, std::string const &path)
   Hid ds = openDataset(file, path);
   checkIntType(ds.get(), IntKindOf<T>::value, path);
   hsize_t const n = datasetDims(ds.get(), 1, path)[0];
+  checkStored(ds.get(), IntKindOf<T>::value, n, path);
   std::vector<T> v(static_cast<size_t>(n));
   readDataset(ds.get(), IntKindOf<T>::value, v.data(), n, path);
   return v;
@@ -75,7 +76,8 @@ std::vector<uint16_t> readValues(hid_t file, std::string const &path, std::vecto
     }
   hsize_t count = 1;
   for (hsize_t d : dims)
-    count *= d;
+    count = d != 0 && count > MAX_DATASET_ELEMENTS / d ? MAX_DATASET_ELEMENTS + 1 : count * d;
+  checkStored(ds.get(), IntKind::kUInt16, count, path);
   std::vector<uint16_t> v(static_cast<size_t>(count));
   readDataset(ds.get(), IntKind::kUInt16, v.data(), count, path);
   return v;
@@ -179,9 +181,10 @@ TraceInfo infoOf(TraceColumns const &c)
 
 /// Reads (in a child process when isolated), then validates in this process.
 TraceColumns readAndValidate(std::function<TraceColumns()> const &read, std::string const &label,
-                             TraceReadOptions const &options)
+                             TraceReadOptions const &options, uint64_t file_bytes)
 {
-  TraceColumns c = options.isolate ? readColumnsIsolated(read, label) : read();
+  double const deadline = options.deadline_s > 0 ? options.deadline_s : readerDeadlineSeconds(file_bytes);
+  TraceColumns c = options.isolate ? readColumnsIsolated(read, label, deadline) : read();
   try
   {
     validateTraceColumns(c);
@@ -199,7 +202,8 @@ TraceColumns readTraceColumns(std::string const &path, TraceReadOptions const &o
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
     throw InputError(path + ": " + (std::filesystem::exists(path, ec) ? "not a regular file" : "no such file"));
-  return readAndValidate([&] { return readWith(path, H5P_DEFAULT, path.c_str()); }, path, options);
+  uint64_t const bytes = std::filesystem::file_size(path, ec);
+  return readAndValidate([&] { return readWith(path, H5P_DEFAULT, path.c_str()); }, path, options, ec ? 0 : bytes);
 }
 
 TraceReader::TraceReader(std::string const &path, TraceReadOptions const &options)
@@ -237,7 +241,7 @@ TraceReader TraceReader::fromImage(void const *data, size_t size, std::string co
       throw RuntimeFailure(name + ": cannot set up an in-memory HDF5 file (HDF5: " + hdf5ErrorMessage() + ")");
     return readWith(name, fapl.get(), name.c_str());
   };
-  return TraceReader(Validated{}, name, readAndValidate(read, name, options));
+  return TraceReader(Validated{}, name, readAndValidate(read, name, options, size));
 }
 
 void TraceReader::checkStep(int64_t s) const

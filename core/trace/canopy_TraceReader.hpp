@@ -18,6 +18,9 @@ struct TraceReadOptions
   /// Costs a fork and one pipe copy of the columns: measured 1.64 s vs 1.00 s in-process for a
   /// 2000-step, 32.6M-prefix-token trace (benchTraceReader). Turn off only for trusted files.
   bool isolate = true;
+  /// Seconds the isolated reader may take before it is killed and the file reported unreadable;
+  /// 0: scaled by the file's size (Impl::readerDeadlineSeconds: 10 s plus 1 s per 4 MiB).
+  double deadline_s = 0;
 };
 
 /// \brief Loads the datasets of a trace file into host columns, checking attributes, presence,

@@ -90,17 +90,18 @@ def run_canopy(canopy, config, run_dir, shards):
     """canopy run of the config into run_dir, or shard by shard (skipping finished shards) and merged.
     Returns the worst exit code: 0 ok, 1 a design failed its check, else an error."""
     if shards == 1:
-        return subprocess.run([canopy, "run", config, "--out", run_dir]).returncode
+        return subprocess.run([canopy, "run", config, "--out", run_dir, "--overwrite"]).returncode
     rcs, dirs = [], []
     for k in range(shards):
-        shard_dir = os.path.join(run_dir, f"shard-{k}")
+        shard_dir = os.path.join(os.path.dirname(run_dir), "shards", f"shard-{k}")
         dirs.append(shard_dir)
         if os.path.exists(os.path.join(shard_dir, "results.json")):
             continue
-        rcs.append(subprocess.run([canopy, "run", config, "--out", shard_dir, "--shard", f"{k}/{shards}"]).returncode)
+        rcs.append(subprocess.run([canopy, "run", config, "--out", shard_dir, "--shard", f"{k}/{shards}",
+                                   "--overwrite"]).returncode)
         if rcs[-1] not in (0, 1):
             return rcs[-1]
-    rc = subprocess.run([canopy, "merge", *dirs, "--out", run_dir]).returncode
+    rc = subprocess.run([canopy, "merge", *dirs, "--out", run_dir, "--overwrite"]).returncode
     return rc if rc != 0 else max(rcs, default=0)
 
 
@@ -257,7 +258,7 @@ def main(argv=None):
                     help="no run: write the curve, model and figures into --out from DIR/results.json and "
                          "DIR/acceptance.json (a study's budget/ folder)")
     ap.add_argument("--shards", type=int, default=1,
-                    help="run the config as N shards one after the other (canopy run --shard K/N into run/shard-K, "
+                    help="run the config as N shards one after the other (canopy run --shard K/N into shards/shard-K, "
                          "then canopy merge); a shard whose results exist is not run again, so a study cut short "
                          "resumes where it stopped")
     args = ap.parse_args(argv)

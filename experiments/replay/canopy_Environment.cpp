@@ -57,6 +57,10 @@ std::map<std::string, std::string> collectEnvironment(ExperimentConfig const &c,
   env["git"] = gitDescribe();
   env["config"] = c.source_path;
   env["config_hash"] = c.hash;
+  std::string traces;
+  for (std::string const &t : c.traces)
+    traces += (traces.empty() ? "" : "; ") + t + " " + fileContentHash(t);
+  env["trace_hashes"] = traces;
   env["seed"] = std::to_string(c.seed);
   env["shard"] = std::to_string(c.shard_index) + "/" + std::to_string(c.shard_count);
   char host[256] = {};

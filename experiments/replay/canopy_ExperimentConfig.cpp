@@ -1,6 +1,7 @@
 #include "canopy_ExperimentConfig.hpp"
 
 #include "canopy_Error.hpp"
+#include "canopy_InputLimits.hpp"
 #include "canopy_Registry.hpp"
 
 #include "canopy_TomlTable.hpp"
@@ -25,31 +26,49 @@ int paddedBucket(std::vector<int> const &buckets, int batch)
 
 namespace
 {
-template <class T>
-void requireAtLeast(std::vector<T> const &v, T lo, std::string const &where)
+} // namespace
+
+namespace
 {
-  for (size_t i = 0; i < v.size(); ++i)
-    if (v[i] < lo)
-      throw InputError(where + "[" + std::to_string(i) + "]: must be >= " + std::to_string(lo) + ", got " +
-                       std::to_string(v[i]));
+constexpr uint64_t FNV_OFFSET = 1469598103934665603ull;  // FNV-1a: stable across platforms, unlike std::hash
+
+uint64_t fnv1a(uint64_t h, char const *data, size_t n)
+{
+  for (size_t i = 0; i < n; ++i)
+    h = (h ^ static_cast<unsigned char>(data[i])) * 1099511628211ull;
+  return h;
 }
 
-std::string hashText(std::string const &s)
+std::string hexOf(uint64_t h)
 {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a: stable across platforms, unlike std::hash
-  for (unsigned char c : s)
-    h = (h ^ c) * 1099511628211ull;
   std::ostringstream o;
   o << std::hex << h;
   return o.str();
 }
 } // namespace
 
+std::string contentHash(std::string const &bytes) { return hexOf(fnv1a(FNV_OFFSET, bytes.data(), bytes.size())); }
+
+std::string fileContentHash(std::string const &path)
+{
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw InputError(path + ": cannot be read to hash its contents");
+  uint64_t h = FNV_OFFSET;
+  std::vector<char> buf(1 << 20);
+  while (in)
+  {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    h = fnv1a(h, buf.data(), static_cast<size_t>(in.gcount()));
+  }
+  return hexOf(h);
+}
+
 ExperimentConfig parseExperimentConfig(std::string const &text, std::string const &source, std::string const &base_dir)
 {
   toml::table const root = parseTomlText(text, source);
   ExperimentConfig c;
-  c.hash = hashText(text);
+  c.hash = contentHash(text);
   c.source_path = source;
   TomlTable top(&root, "");
 
@@ -64,20 +83,19 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
     r.get("check_rate", c.check_rate);
     double gflop = 0;
     r.get("max_check_gflop", gflop);
-    c.max_check_flops = static_cast<int64_t>(gflop * 1e9);
     r.finish();
-    if (c.warmup < 0)
-      throw InputError("experiment.warmup: must be >= 0");
-    if (c.repetitions < 1)
-      throw InputError("experiment.repetitions: must be >= 1");
-    if (c.check_rate < 0 || c.check_rate > 1)
-      throw InputError("experiment.check_rate: must be in [0, 1]");
+    requireWithin(limits::WARMUP, c.warmup, r.path("warmup"));
+    requireWithin(limits::REPETITIONS, c.repetitions, r.path("repetitions"));
+    requireFinite(c.check_rate, 0, 1, r.path("check_rate"));
+    requireFinite(gflop, 0, 1e9, r.path("max_check_gflop"));  // 0 = no limit
+    c.max_check_flops = static_cast<int64_t>(gflop * 1e9);
   }
 
   {
     TomlTable r = top.sub("inputs");
     r.getList("traces", c.traces);
     r.get("max_steps", c.max_steps);
+    requireWithin(limits::MAX_STEPS, c.max_steps, r.path("max_steps"));
     r.get("group_by", c.group_by);
     if (c.group_by != "trace" && c.group_by != "batch")
       throw InputError("inputs.group_by: expected \"trace\" or \"batch\", got \"" + c.group_by + "\"");
@@ -112,16 +130,13 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
         sw.pool_slack = 1.0;
         sw.mean_run = 1e18;
       }
-      requireAtLeast(sw.batch, 1, s.path("batch"));
-      requireAtLeast(sw.heads, 1, s.path("heads"));
-      requireAtLeast(sw.tree, 1, s.path("tree"));
-      requireAtLeast<int64_t>(sw.prefix, 0, s.path("prefix"));
-      if (sw.steps < 1)
-        throw InputError(s.path("steps") + ": must be >= 1");
-      if (sw.pool_slack < 1)
-        throw InputError(s.path("pool_slack") + ": must be >= 1");
-      if (sw.mean_run < 1)
-        throw InputError(s.path("mean_run") + ": must be >= 1");
+      requireWithin(limits::BATCH, sw.batch, s.path("batch"));
+      requireWithin(limits::HEADS, sw.heads, s.path("heads"));
+      requireWithin(limits::TREE, sw.tree, s.path("tree"));
+      requireWithin(limits::PREFIX, sw.prefix, s.path("prefix"));
+      requireWithin(limits::STEPS, sw.steps, s.path("steps"));
+      requireFinite(sw.pool_slack, 1, 1e6, s.path("pool_slack"));
+      requireFinite(sw.mean_run, 1, 1e18, s.path("mean_run"));
       c.sweeps.push_back(sw);
     }
     r.finish();
@@ -133,6 +148,7 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
     TomlTable r = top.sub("designs");
     r.getList("names", c.designs);
     r.finish();
+    requireUnique(c.designs, r.path("names"));
     for (size_t i = 0; i < c.designs.size(); ++i)
     {
       try
@@ -161,7 +177,7 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
     for (size_t i = 0; i < masks.size(); ++i)
       c.masks.push_back(parseMaskLayout(masks[i], "options.mask[" + std::to_string(i) + "]"));
     r.getList("nsplit", c.nsplit);
-    requireAtLeast(c.nsplit, 0, "options.nsplit");  // 0 = auto (the design chooses from the bounds)
+    requireWithin(limits::NSPLIT, c.nsplit, r.path("nsplit"));  // 0 = auto (the design chooses from the bounds)
     r.getList("workspace", ws);
     if (!ws.empty())
       c.workspace.clear();
@@ -174,7 +190,7 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
       c.modes.push_back(parseEnum<ExecMode>(modes[i], "options.mode[" + std::to_string(i) + "]"));
     r.getList("l2_flush", c.l2_flush);
     r.getList("buckets", c.buckets);
-    requireAtLeast(c.buckets, 1, "options.buckets");
+    requireWithin(limits::BUCKET, c.buckets, r.path("buckets"));
     for (size_t i = 1; i < c.buckets.size(); ++i)
       if (c.buckets[i] <= c.buckets[i - 1])
         throw InputError("options.buckets[" + std::to_string(i) + "]: buckets must increase");
@@ -188,8 +204,8 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
     r.get("gflops", gf);
     r.get("gbytes_per_s", gb);
     r.finish();
-    if (gf < 0 || gb < 0)
-      throw InputError("peaks: values must be >= 0");
+    requireFinite(gf, 0, 1e12, r.path("gflops"));
+    requireFinite(gb, 0, 1e12, r.path("gbytes_per_s"));
     c.peak_flops = gf * 1e9;
     c.peak_bytes_per_s = gb * 1e9;
   }

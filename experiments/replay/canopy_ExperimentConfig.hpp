@@ -87,6 +87,12 @@ ExperimentConfig parseExperimentConfig(std::string const &toml_text, std::string
                                        std::string const &base_dir = ".");
 ExperimentConfig loadExperimentConfig(std::string const &path);
 
+/// \brief A stable 64-bit content hash (FNV-1a, hex) of \p bytes: configs and traces are compared
+/// by contents, not by path (a trace regenerated at the same path is another input).
+std::string contentHash(std::string const &bytes);
+/// \brief contentHash of a file's bytes, read in blocks; InputError when it cannot be read.
+std::string fileContentHash(std::string const &path);
+
 /// \brief The smallest bucket >= batch; throws InputError when batch exceeds the largest bucket.
 int paddedBucket(std::vector<int> const &buckets, int batch);
 } // namespace canopy

@@ -3,6 +3,7 @@
 #include "canopy_Error.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -30,6 +31,20 @@ bool parseShardSpec(std::string const &text, int &index, int &count)
   }
 }
 
+std::string runLayoutText(RunLayout const &l)
+{
+  return "sources=" + std::to_string(l.sources) + " combinations=" + std::to_string(l.combinations) +
+         " designs=" + std::to_string(l.designs);
+}
+
+bool orderInShard(RunLayout const &l, int64_t order, int index, int count)
+{
+  int64_t const designs = std::max<int64_t>(1, l.designs);
+  int64_t const combos = std::max<int64_t>(1, l.combinations);
+  int64_t const unit = (order / combos) * (combos / designs) + (order % combos) / designs;
+  return unit % count == index;
+}
+
 namespace
 {
 std::string envOf(ShardResults const &s, std::string const &key)
@@ -47,6 +62,49 @@ std::pair<int, int> shardId(ShardResults const &s)
     throw InputError(s.source + ": environment.shard is \"" + v + "\", expected K/N (results of canopy run --shard K/N)");
   return {k, n};
 }
+
+RunLayout layoutOf(ShardResults const &s)
+{
+  RunLayout l;
+  long long a = 0, b = 0, c = 0;
+  std::string const v = envOf(s, "layout");
+  if (std::sscanf(v.c_str(), "sources=%lld combinations=%lld designs=%lld", &a, &b, &c) != 3 || a < 0 || b < 1 || c < 1)
+    throw InputError(s.source + ": environment.layout is \"" + v +
+                     "\", expected \"sources=S combinations=C designs=D\" (results of canopy run)");
+  l.sources = a;
+  l.combinations = b;
+  l.designs = c;
+  return l;
+}
+
+/// A shard holds exactly the rows its config gives it: every order of its units, none of another
+/// shard's, no (order, group) twice, and as many rows as it wrote.
+void checkShardRows(ShardResults const &s, int k, int n)
+{
+  RunLayout const l = layoutOf(s);
+  std::set<int64_t> orders;
+  std::set<std::pair<int64_t, std::string>> keys;
+  for (size_t i = 0; i < s.results.rows.size(); ++i)
+  {
+    ResultRow const &r = s.results.rows[i];
+    std::string const where = s.source + ": rows[" + std::to_string(i) + "] (order " + std::to_string(r.order) + ", " +
+                              r.design + ", " + r.group + ")";
+    if (r.order < 0 || r.order >= l.sources * l.combinations || !orderInShard(l, r.order, k, n))
+      throw InputError(where + ": is not a row of shard " + std::to_string(k) + "/" + std::to_string(n) +
+                       " of this config");
+    if (!keys.emplace(r.order, r.group).second)
+      throw InputError(where + ": appears twice in the shard");
+    orders.insert(r.order);
+  }
+  for (int64_t o = 0; o < l.sources * l.combinations; ++o)
+    if (orderInShard(l, o, k, n) && !orders.count(o))
+      throw InputError(s.source + ": row order " + std::to_string(o) + " of shard " + std::to_string(k) + "/" +
+                       std::to_string(n) + " is missing (its config gives it " + runLayoutText(l) + ")");
+  std::string const wrote = envOf(s, "rows");
+  if (wrote != std::to_string(s.results.rows.size()))
+    throw InputError(s.source + ": holds " + std::to_string(s.results.rows.size()) + " rows, but the run wrote " +
+                     (wrote.empty() ? std::string("an unknown number") : wrote) + " (rows removed or added by hand?)");
+}
 } // namespace
 
 ResultSet mergeShards(std::vector<ShardResults> const &shards, MergeOptions const &options)
@@ -55,9 +113,10 @@ ResultSet mergeShards(std::vector<ShardResults> const &shards, MergeOptions cons
     throw InputError("merge: no shard results given");
   ShardResults const &first = shards.front();
   int const count = shardId(first).second;
-  // What must be equal for the rows to be one run's: the experiment, the config text, the binary,
-  // the seed (inputs and checked steps derive from it), and the statistics settings.
-  char const *const same[] = {"config_hash", "canopy_build", "seed"};
+  // What must be equal for the rows to be one run's: the experiment, the config text, the traces'
+  // contents (a trace regenerated at the same path between shards is another input), the work
+  // layout, the binary, the seed (inputs and checked steps derive from it), and the statistics settings.
+  char const *const same[] = {"config_hash", "trace_hashes", "layout", "canopy_build", "seed"};
   std::map<int, std::string> seen;
   std::set<std::string> hosts;
   for (ShardResults const &s : shards)
@@ -106,6 +165,11 @@ ResultSet mergeShards(std::vector<ShardResults> const &shards, MergeOptions cons
                          " (overlapping shards)");
     merged.rows.insert(merged.rows.end(), s.results.rows.begin(), s.results.rows.end());
   }
+  for (ShardResults const &s : shards)
+  {
+    auto const [k, n] = shardId(s);
+    checkShardRows(s, k, n);
+  }
   std::stable_sort(merged.rows.begin(), merged.rows.end(),
                    [](ResultRow const &a, ResultRow const &b) { return a.order < b.order; });
   std::string devices, host_list;
@@ -117,6 +181,7 @@ ResultSet mergeShards(std::vector<ShardResults> const &shards, MergeOptions cons
   merged.environment["shard"] = "merged " + std::to_string(count) + " shards";
   merged.environment["host"] = host_list;
   merged.environment["device"] = devices;
+  merged.environment["rows"] = std::to_string(merged.rows.size());
   computeSpeedups(merged);
   return merged;
 }

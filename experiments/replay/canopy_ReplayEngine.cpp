@@ -5,6 +5,7 @@
 #include "canopy_Environment.hpp"
 #include "canopy_Error.hpp"
 #include "canopy_Executor.hpp"
+#include "canopy_Merge.hpp"
 #include "canopy_Random.hpp"
 #include "canopy_Reference.hpp"
 #include "canopy_Registry.hpp"
@@ -285,10 +286,9 @@ ResultSet runExperiment(ExperimentConfig const &c, ProgressFn const &progress)
   // Work is sharded by (input, option combination), never by design: the designs of a unit run in
   // the same process on the same device, so every speedup stays a ratio measured side by side.
   int64_t const designs = std::max<int64_t>(1, static_cast<int64_t>(c.designs.size()));
-  int64_t const units_per_source = static_cast<int64_t>(all.size()) / designs;
+  RunLayout const layout{static_cast<int64_t>(sources.size()), static_cast<int64_t>(all.size()), designs};
   auto inShard = [&](size_t src_index, size_t combo_index) {
-    int64_t const unit = static_cast<int64_t>(src_index) * units_per_source + static_cast<int64_t>(combo_index) / designs;
-    return unit % c.shard_count == c.shard_index;
+    return orderInShard(layout, static_cast<int64_t>(src_index * all.size() + combo_index), c.shard_index, c.shard_count);
   };
   int64_t total = 0, done = 0;
   for (size_t si = 0; si < sources.size(); ++si)
@@ -376,6 +376,9 @@ ResultSet runExperiment(ExperimentConfig const &c, ProgressFn const &progress)
   }
   computeSpeedups(rs);
   rs.environment = collectEnvironment(c, kinds);
+  // What canopy merge checks a shard against: the run's layout (from the config) and the rows written.
+  rs.environment["layout"] = runLayoutText(layout);
+  rs.environment["rows"] = std::to_string(rs.rows.size());
   return rs;
 }
 } // namespace canopy

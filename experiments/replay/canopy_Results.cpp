@@ -338,36 +338,13 @@ std::string toLatexTable(ResultSet const &rs)
   return o.str();
 }
 
-void writeFileAtomically(std::string const &path, std::string const &text)
+std::vector<OutputFile> resultFiles(ResultSet const &rs)
 {
-  std::string const tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out)
-      throw RuntimeFailure("cannot write '" + tmp + "'");
-    out << text;
-    out.flush();
-    if (!out)
-      throw RuntimeFailure("write failed for '" + tmp + "'");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec)
-  {
-    std::filesystem::remove(tmp);
-    throw RuntimeFailure("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
-  }
+  return {{"results.json", toJson(rs)},
+          {"results.csv", toCsv(rs)},
+          {"table.md", toMarkdownTable(rs)},
+          {"table.tex", toLatexTable(rs)}};
 }
 
-void writeResults(ResultSet const &rs, std::string const &dir)
-{
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec)
-    throw RuntimeFailure("cannot create output folder '" + dir + "': " + ec.message());
-  writeFileAtomically(dir + "/results.json", toJson(rs));
-  writeFileAtomically(dir + "/results.csv", toCsv(rs));
-  writeFileAtomically(dir + "/table.md", toMarkdownTable(rs));
-  writeFileAtomically(dir + "/table.tex", toLatexTable(rs));
-}
+void writeResults(ResultSet const &rs, std::string const &dir) { OutputDir(dir, true).commit(resultFiles(rs)); }
 } // namespace canopy

@@ -5,6 +5,7 @@
 #include "canopy_Design.hpp"
 #include "canopy_EnumNames.hpp"
 #include "canopy_ExperimentConfig.hpp"
+#include "canopy_OutputDir.hpp"
 #include "canopy_Problem.hpp"
 #include "canopy_Types.hpp"
 
@@ -158,9 +159,8 @@ std::string csvCell(std::string const &text);
 std::string toMarkdownTable(ResultSet const &results);
 std::string toLatexTable(ResultSet const &results);
 
-/// \brief Writes the four outputs into \p dir, each atomically (temporary file + rename).
+/// \brief The four outputs of a run: results.json, results.csv, table.md, table.tex.
+std::vector<OutputFile> resultFiles(ResultSet const &results);
+/// \brief Writes the four outputs as the contents of \p dir, as one set (OutputDir, overwriting).
 void writeResults(ResultSet const &results, std::string const &dir);
-
-/// \brief Writes \p text to \p path atomically; throws RuntimeFailure on I/O errors.
-void writeFileAtomically(std::string const &path, std::string const &text);
 } // namespace canopy

@@ -66,6 +66,8 @@ public:
     _steps = _reader.numSteps();
     if (max_steps > 0)
       _steps = std::min(_steps, max_steps);
+    if (_steps == 0)
+      throw InputError(path + ": the trace has 0 steps: nothing to check");
   }
   InputAxes axes() const override
   {

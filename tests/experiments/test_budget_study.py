@@ -99,7 +99,7 @@ class Shards(unittest.TestCase):
         inputs = run()
         self.assertEqual(len(inputs), 12)
         self.assertEqual(len(set(inputs)), 12)
-        run_dir = os.path.join(work, "out", "run")
+        run_dir = os.path.join(work, "out", "shards")
         kept = os.path.join(run_dir, "shard-0", "results.json")
         stamp = os.stat(kept).st_mtime_ns
         os.remove(os.path.join(run_dir, "shard-2", "results.json"))  # as if the study was cut in shard 2

@@ -93,7 +93,7 @@ TEST(ExperimentConfig, badConfigsNameTheKey)
 {
   expectBad(kMinimal + "[experimnt]\nname = \"x\"\n", "experimnt: unknown key");
   expectBad(kMinimal + "[options]\nnsplits = [4]\n", "options.nsplits: unknown key");
-  expectBad(kMinimal + "[options]\nnsplit = [4, -1]\n", "options.nsplit[1]: must be >= 0");
+  expectBad(kMinimal + "[options]\nnsplit = [4, -1]\n", "options.nsplit[1]: must be in [0, 1024]");
   expectBad(kMinimal + "[options]\nmask = [\"full\", \"diagonal\"]\n", "options.mask[1]");
   expectBad(kMinimal + "[options]\nworkspace = \"forever\"\n", "options.workspace[0]");
   expectBad(kMinimal + "[options]\nmode = [\"lazy\"]\n", "options.mode[0]");
@@ -102,12 +102,25 @@ TEST(ExperimentConfig, badConfigsNameTheKey)
   expectBad(kMinimal + "[experiment]\nrepetitions = 0\n", "experiment.repetitions");
   expectBad(kMinimal + "[experiment]\nrepetitions = \"many\"\n", "experiment.repetitions: expected an integer");
   expectBad(kMinimal + "[experiment]\ncheck_rate = 2.0\n", "experiment.check_rate");
+  // NaN passes every < test: it used to check nothing and mark rows ok.
+  expectBad(kMinimal + "[experiment]\ncheck_rate = nan\n", "experiment.check_rate: must be a finite number in [0, 1], got nan");
+  expectBad(kMinimal + "[experiment]\nmax_check_gflop = -1\n", "experiment.max_check_gflop: must be a finite number");
+  auto edited = [](std::string const &from, std::string const &to) {
+    std::string t = kMinimal;
+    return t.replace(t.find(from), from.size(), to);
+  };
+  expectBad(edited("[inputs]\n", "[inputs]\nmax_steps = -1\n"), "inputs.max_steps: must be in [0, ");
+  expectBad(edited("names = [\"reference\"]", "names = [\"reference\", \"reference\"]"),
+            "designs.names[1]: 'reference' is listed twice");
+  // The CLI's limits apply to config keys too (a 27 TB workspace, a bare bad_alloc before).
+  expectBad(kMinimal + "[options]\nnsplit = [100000000]\n", "options.nsplit[0]: must be in [0, 1024]");
+  expectBad(kMinimal + "[[inputs.sweep]]\ntree = [100000]\n", "inputs.sweep[1].tree[0]: must be in [1, 1024]");
   expectBad(kMinimal + "[experiment]\nbaseline = \"nosuch\"\n", "experiment.baseline");
   expectBad(R"([[inputs.sweep]]
 tree = [0]
 [designs]
 names = ["reference"])",
-            "inputs.sweep[0].tree[0]: must be >= 1");
+            "inputs.sweep[0].tree[0]: 0 tree nodes per request: nothing to check");
   expectBad(R"([[inputs.sweep]]
 colour = 3
 [designs]
@@ -182,7 +195,7 @@ names = ["reference"]
   EXPECT_DOUBLE_EQ(b.pool_slack, 1.0) << "compacted: no holes";
   EXPECT_GT(b.mean_run, 1e9) << "compacted: one run per request";
   EXPECT_EQ(b.values, ValueMode::kRandom);
-  expectBad(kMinimal + "[[inputs.sweep]]\npool_slack = 0.5\n", "inputs.sweep[1].pool_slack: must be >= 1");
+  expectBad(kMinimal + "[[inputs.sweep]]\npool_slack = 0.5\n", "inputs.sweep[1].pool_slack: must be a finite number in [1, 1e+06], got 0.5");
   expectBad(kMinimal + "[[inputs.sweep]]\nvalues = \"loud\"\n", "inputs.sweep[1].values");
 }
 

@@ -160,6 +160,20 @@ TEST(Shards, mergeRefusesShardsThatDoNotBelongTogether)
   overlap[2].results.rows.push_back(good[0].results.rows.front());
   expectRefused(overlap, "overlapping shards");
 
+  // Inputs are compared by content: a trace regenerated at the same path is another trace.
+  expectRefused(with(1, "trace_hashes", "data/t.h5 0123abcd"), "shard1: trace_hashes");
+  expectRefused(with(1, "layout", "sources=3 combinations=4 designs=2"), "shard1: layout");
+
+  // Rows edited by hand: each shard must hold exactly the rows its config gives it.
+  std::vector<ShardResults> removed = good;
+  removed[1].results.rows.pop_back();
+  expectRefused(removed, "shard1: row order");
+  std::vector<ShardResults> duplicated = good;
+  duplicated[0].results.rows.push_back(good[0].results.rows.back());
+  expectRefused(duplicated, "appears twice in the shard");
+  std::vector<ShardResults> recounted = with(2, "rows", "99");
+  expectRefused(recounted, "shard2: holds");
+
   std::vector<ShardResults> const mixed = with(1, "device", "another GPU");
   expectRefused(mixed, "--allow-mixed-devices");
   MergeOptions allow;

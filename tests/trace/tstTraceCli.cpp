@@ -98,7 +98,7 @@ TEST(TraceCli, synthThenValidateAndInfo)
   EXPECT_NE(i.out.find("fragmentation"), std::string::npos);
 
   // Flags override the config.
-  Result const f = canopy("trace synth -c " + cfg + " -o " + trace + " --steps 4 --budget 2 --heads 2 -q");
+  Result const f = canopy("trace synth -c " + cfg + " -o " + trace + " --steps 4 --budget 2 --heads 2 -q --overwrite");
   ASSERT_EQ(f.code, 0) << f.err;
   TraceReader const r2(trace);
   EXPECT_EQ(r2.numSteps(), 4);

@@ -8,9 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <csignal>
 #include <fstream>
 #include <functional>
+#include <unistd.h>
 
 namespace canopy::test
 {
@@ -415,24 +417,67 @@ TEST(TraceMalformed, valuesMustHaveTheirShapesAndBeFinite)
   }
 }
 
+TEST(TraceMalformed, declaredSizesAreCheckedBeforeAllocating)
+{
+  // A dataset can declare any size in its header; nothing of it need be stored. Each declared size
+  // is refused by name before the reader allocates for it (2^40 int64 used to be a bare bad_alloc).
+  for (hsize_t declared : {hsize_t{1} << 30, hsize_t{1} << 40})
+  {
+    std::string const path = writeValid("declared.h5");
+    {
+      H5Edit e(path);
+      e.remove("/tokens/kv_indices");
+      Impl::Hid space = Impl::ownSpace(H5Screate_simple(1, &declared, nullptr));
+      Impl::Hid dcpl = Impl::ownPlist(H5Pcreate(H5P_DATASET_CREATE));
+      hsize_t const chunk = 1024;
+      H5Pset_chunk(dcpl.get(), 1, &chunk);
+      Impl::Hid ds = Impl::ownDataset(H5Dcreate2(e.file(), "/tokens/kv_indices", H5T_STD_I64LE, space.get(),
+                                                 H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+      ASSERT_TRUE(ds.valid());
+    }
+    for (bool isolate : {true, false})
+    {
+      TraceReadOptions o;
+      o.isolate = isolate;
+      expectInputError([&] { TraceReader r(path, o); }, {"declared.h5", "/tokens/kv_indices", declared > Impl::MAX_DATASET_ELEMENTS ? "more than a trace may hold" : "chunks stored"});
+    }
+  }
+}
+
 TEST(TraceMalformed, aCrashWhileParsingBecomesAnInputError)
 {
   // The isolated reader turns a crash of the parsing child into an InputError naming the file ...
-  expectInputError([] { Impl::readColumnsIsolated([]() -> TraceColumns { std::raise(SIGSEGV); return {}; }, "f.h5"); },
+  expectInputError([] { Impl::readColumnsIsolated([]() -> TraceColumns { std::raise(SIGSEGV); return {}; }, "f.h5", 60); },
                    {"f.h5", "crashed", "signal " + std::to_string(SIGSEGV)});
   // ... passes the child's own errors through ...
-  expectInputError([] { Impl::readColumnsIsolated([]() -> TraceColumns { throw InputError("f.h5: /x: bad"); }, "f.h5"); },
+  expectInputError([] { Impl::readColumnsIsolated([]() -> TraceColumns { throw InputError("f.h5: /x: bad"); }, "f.h5", 60); },
                    {"f.h5: /x: bad"});
-  EXPECT_THROW(Impl::readColumnsIsolated([]() -> TraceColumns { throw RuntimeFailure("disk"); }, "f"), RuntimeFailure);
+  EXPECT_THROW(Impl::readColumnsIsolated([]() -> TraceColumns { throw RuntimeFailure("disk"); }, "f", 60), RuntimeFailure);
   // ... and returns the child's columns intact.
   TraceColumns const c = smallColumns(6, true);
-  TraceColumns const back = Impl::readColumnsIsolated([&] { return c; }, "f");
+  TraceColumns const back = Impl::readColumnsIsolated([&] { return c; }, "f", 60);
   EXPECT_EQ(back.kv_indices, c.kv_indices);
   EXPECT_EQ(back.parent, c.parent);
   EXPECT_EQ(back.q, c.q);
   EXPECT_EQ(back.out, c.out);
   EXPECT_EQ(back.created, c.created);
   EXPECT_EQ(back.shape.sm_scale, c.shape.sm_scale);
+}
+
+TEST(TraceMalformed, aReaderThatLoopsIsKilledAtItsDeadline)
+{
+  // libhdf5 1.10 loops forever on some corrupt files (a global-heap read under a string attribute):
+  // the child is killed at the deadline and the file reported unreadable, in bounded time.
+  auto const t0 = std::chrono::steady_clock::now();
+  expectInputError(
+      [] {
+        Impl::readColumnsIsolated([]() -> TraceColumns { while (true) ::pause(); }, "loop.h5", 0.5);
+      },
+      {"loop.h5", "unreadable (reader did not finish)"});
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
+  // The default deadline grows with the file: a large valid trace is never cut short.
+  EXPECT_GE(Impl::readerDeadlineSeconds(0), 10.0);
+  EXPECT_GE(Impl::readerDeadlineSeconds(uint64_t{1} << 30), 256.0);
 }
 
 TEST(TraceMalformed, everyRejectionIsAnInputErrorNeverACrash)
