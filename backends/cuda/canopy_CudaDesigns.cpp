@@ -37,10 +37,6 @@ CudaKernel const SM120_WIDE{"cuda-sm120-w32", "launchVerifySm120Wide", launchVer
                             prepareVerifyKernels, true, SM120_SPLIT_TILE};
 CudaKernel const SM90{"cuda-sm90", "launchVerifySm90", launchVerifySm90, sm90SharedBytes, prepareSm90Kernel, true,
                       SM90_SPLIT_TILE, 90, "wgmma"};
-CudaKernel const SM90_COPY_PV{"cuda-sm90-copypv", "launchVerifySm90CopyDuringPV", launchVerifySm90CopyDuringPV,
-                              sm90SharedBytes, prepareSm90Kernel, true, SM90_SPLIT_TILE, 90, "wgmma"};
-CudaKernel const SM90_DIM_HALVES{"cuda-sm90-kdim", "launchVerifySm90DimHalves", launchVerifySm90DimHalves,
-                                 sm90SharedBytes, prepareSm90Kernel, true, SM90_SPLIT_TILE, 90, "wgmma"};
 CudaKernel const FLAT{"cuda-flat", "launchVerifyFlat", launchVerifyFlat, flatSharedBytes, prepareVerifyKernels, false,
                       SM120_SPLIT_TILE};
 
@@ -224,6 +220,16 @@ int suggestNsplit(PlanBounds const &b, int sm_count, bool partial_bf16, SplitTil
   return best;
 }
 
+SpecialisedTile specialisedTile()
+{
+  int device = 0, major = 0, minor = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+  check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
+  CudaKernel const &k = major * 10 + minor == SM90.arch ? SM90 : SM120;
+  return {k.name, k.launch, k.prepare, k.tile};
+}
+
 DesignPtr makeSm120Design(bool partial_bf16)
 {
   return std::make_unique<CudaVerifyDesign>(SM120, partial_bf16);
@@ -236,8 +242,6 @@ DesignPtr makeSm90Design(bool partial_bf16)
 {
   return std::make_unique<CudaVerifyDesign>(SM90, partial_bf16);
 }
-DesignPtr makeSm90CopyDuringPVDesign() { return std::make_unique<CudaVerifyDesign>(SM90_COPY_PV, false); }
-DesignPtr makeSm90DimHalvesDesign() { return std::make_unique<CudaVerifyDesign>(SM90_DIM_HALVES, false); }
 DesignPtr makeFlatDesign() { return std::make_unique<CudaVerifyDesign>(FLAT, false); }
 } // namespace cuda
 
@@ -261,15 +265,6 @@ void registerCudaDesigns()
                  "with Q, K/V and P in swizzled shared memory, two warpgroups splitting the keys of the scores and "
                  "the columns of the output, cp.async 2-stage; unsupported on other GPUs",
                  [] { return cuda::makeSm90Design(false); });
-  registerDesign("cuda-sm90-copypv",
-                 "cuda-sm90 with the next K/V tile's copies issued during P.V instead of the scores (experimental: "
-                 "the ablation of where the copies go)",
-                 [] { return cuda::makeSm90CopyDuringPVDesign(); }, /*experimental=*/true);
-  registerDesign("cuda-sm90-kdim",
-                 "cuda-sm90 with the scores split by dims instead of keys: each warpgroup runs m64n64k16 over 288 "
-                 "dims for all 64 keys, partial sums crossed through shared memory (experimental: the ablation of "
-                 "the score split)",
-                 [] { return cuda::makeSm90DimHalvesDesign(); }, /*experimental=*/true);
   registerDesign("cuda-flat",
                  "CUDA baseline with SGLang's Triton extend-kernel structure: block per (request, head, "
                  "32-node tile), whole prefix serially, K and V loaded separately",

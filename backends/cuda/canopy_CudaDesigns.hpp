@@ -15,10 +15,6 @@ DesignPtr makeSm120Design(bool partial_bf16 = false);
 DesignPtr makeSm120WideDesign(bool partial_bf16 = false);
 /// \brief cuda-sm90: the Hopper wgmma tile (sm_90 GPUs only; plan reports Unsupported elsewhere).
 DesignPtr makeSm90Design(bool partial_bf16 = false);
-/// \brief cuda-sm90-copypv: cuda-sm90 with the next tile's copies issued during P.V (experimental).
-DesignPtr makeSm90CopyDuringPVDesign();
-/// \brief cuda-sm90-kdim: cuda-sm90 with the scores split by dims (experimental).
-DesignPtr makeSm90DimHalvesDesign();
 /// \brief cuda-flat (never splits, so it has no partials).
 DesignPtr makeFlatDesign();
 
@@ -35,6 +31,19 @@ inline constexpr SplitTile SM120_SPLIT_TILE{SM120_M_TILE, SM120_N_TILE, 2e-6};
 /// 64 rows x 64 keys x 1088 columns (8.9 MFLOP): ~2.4 us on an H200 SM at 3.7 TFLOP/s per SM
 /// (~60% of the wgmma rate; docs/results/cuda-sm90.md).
 inline constexpr SplitTile SM90_SPLIT_TILE{SM90_M_TILE, SM90_N_TILE, 2.4e-6};
+
+/// \brief The hand-written tile kernel that the Kokkos::Cuda specialisation of `kokkos-team`
+/// reaches: the one built for the device's architecture.
+struct SpecialisedTile
+{
+  char const *design;  ///< "cuda-sm90" or "cuda-sm120"
+  cudaError_t (*launch)(VerifyParams const &, cudaStream_t);
+  cudaError_t (*prepare)();  ///< raises its shared-memory limit (plan, outside capture)
+  SplitTile tile;            ///< what its NSPLIT heuristic counts in
+};
+/// \brief cuda-sm90 on an sm_90 device (its cubin is sm_90a only), cuda-sm120 on every other.
+/// Reads the current device's compute capability (an attribute query: no sync, capture-safe).
+SpecialisedTile specialisedTile();
 
 /// \brief A fixed NSPLIT for a split design on a bucket: minimises a small cost model of the split
 /// kernel (waves of \p tile over \p sm_count SMs, one CTA per SM) plus the combine traffic of the

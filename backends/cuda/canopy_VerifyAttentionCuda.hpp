@@ -101,11 +101,6 @@ cudaError_t launchVerifySm120Wide(VerifyParams const &p, cudaStream_t stream);
 /// shared memory; the same params, workspace and combine as cuda-sm120. Enqueue only; callers check
 /// the device is sm_90 first (the kernel traps elsewhere).
 cudaError_t launchVerifySm90(VerifyParams const &p, cudaStream_t stream);
-/// \brief cuda-sm90 with the next tile's copies issued during P.V instead of the scores (ablation).
-cudaError_t launchVerifySm90CopyDuringPV(VerifyParams const &p, cudaStream_t stream);
-/// \brief cuda-sm90 with the scores split by dims instead of keys: each warpgroup runs m64n64k16
-/// over 288 of the 576 dims for all 64 keys, and the partial sums cross through shared memory.
-cudaError_t launchVerifySm90DimHalves(VerifyParams const &p, cudaStream_t stream);
 /// \brief Dynamic shared memory per block of the cuda-sm90 kernel (above the sm_120 limit).
 size_t sm90SharedBytes();
 /// \brief Raises the cuda-sm90 kernel's shared-memory limit; idempotent, outside capture, sm_90 only.

@@ -79,7 +79,6 @@ enum Sm90Barrier : int
 {
   kRowMaxReady = 1,  ///< both warpgroups' row maxima of the tile are in xrow
   kProbsReady = 2,   ///< both halves of P are in shared memory (and fenced for wgmma)
-  kScoresCrossed = 3,  ///< kDimHalves: both warpgroups' partial scores of the other's keys are in shared memory
 };
 
 /// The copies of KV tile \p j into \p stage: 64 rows x 72 chunks over the CTA, swizzled; rows past
@@ -100,30 +99,7 @@ __device__ __forceinline__ void issueSwizzledRows(KvLoader<Sm90Config> const &ld
   });
 }
 
-/// When a tile's copies of the next K/V tile are issued: while its score wgmma run (the default:
-/// the copies get the whole tile to land) or while its P.V wgmma run (the tensor cores' P.V leaves
-/// shared-memory bandwidth free, the scores are bound by it; the copies get only the P.V to land).
-enum class Sm90Copy : int
-{
-  kDuringScores = 0,
-  kDuringPV = 1,
-};
-
-/// How the two warpgroups share the scores of a 64-key tile. Either way each ends up with its 32
-/// keys of S (the softmax and P.V stages are the same).
-enum class Sm90Scores : int
-{
-  /// Each warpgroup computes its 32 keys over all 576 dims: 36 m64n32k16, re-reading the whole Q
-  /// tile against half the keys (3 KB of operands per 32 K FMA).
-  kKeyHalves = 0,
-  /// Each warpgroup computes all 64 keys over its 288 dims: 18 m64n64k16 (4 KB per 64 K FMA, half
-  /// of Q per warpgroup), then the partial sums of the other warpgroup's keys cross through shared
-  /// memory (8 KB each way: one way in the P region, the other in the stage's rope columns, which
-  /// no wgmma reads again once both warpgroups' scores are done).
-  kDimHalves = 1,
-};
-
-template <class PartialT, Sm90Copy COPY, Sm90Scores SCORES>
+template <class PartialT>
 __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int mt, int split)
 {
   using Cfg = Sm90Config;
@@ -158,7 +134,6 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
   uint64_t const q_desc = sm90::smemDescriptor(q_base, 0, sm90::SWIZZLE_ATOM_BYTES);
   uint64_t const k_desc0 =
       sm90::smemDescriptor(kv_base + wg * Cfg::S_KEYS * sm90::SWIZZLE_ROW_BYTES, 0, sm90::SWIZZLE_ATOM_BYTES);
-  uint64_t const k_desc_all = sm90::smemDescriptor(kv_base, 0, sm90::SWIZZLE_ATOM_BYTES);  // all 64 keys
   uint64_t const p_desc = sm90::smemDescriptor(p_base, 0, sm90::SWIZZLE_ATOM_BYTES);
   uint64_t const v_desc0 =
       sm90::smemDescriptor(kv_base + wg * (Cfg::O_COLS / 64) * Cfg::BLOCK_BYTES, Cfg::BLOCK_BYTES, sm90::SWIZZLE_ATOM_BYTES);
@@ -196,72 +171,27 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
       advanceVisibility<Cfg>(p, sm, j);
     uint32_t const stage = (j & 1) * Cfg::ROWS_BYTES;
 
-    // Stage: scores. Tile j + 1's copies are issued while the wgmma run.
-    float s[Cfg::S_REGS];  // this warpgroup's 32 keys
-    auto issueNext = [&] {
-      if (j + 1 < ntiles)
-      {
-        issueSwizzledRows(ld, j + 1, kv_base + ((j + 1) & 1) * Cfg::ROWS_BYTES);
-        if (j + 2 < ntiles)
-          ld.issueIndices(j + 2);
-      }
-      cpAsyncCommit();
-    };
-    if constexpr (SCORES == Sm90Scores::kKeyHalves)
+    // Stage: scores, S = Q K^T over this warpgroup's 32 keys; tile j + 1's copies are issued while
+    // the 36 wgmma run (issued during P.V instead, they had too little time to land: 8-12% slower).
+    float s[Cfg::S_REGS];
+    sm90::wgmmaFence();
+#pragma unroll
+    for (int ks = 0; ks < Cfg::K16_STEPS; ++ks)
     {
-      sm90::wgmmaFence();
-#pragma unroll
-      for (int ks = 0; ks < Cfg::K16_STEPS; ++ks)
-      {
-        uint32_t const koff = (ks >> 2) * Cfg::BLOCK_BYTES + (ks & 3) * 32;
-        sm90::wgmmaM64N32<0>(s, sm90::advance(q_desc, koff), sm90::advance(k_desc0, stage + koff), ks > 0);
-      }
-      sm90::wgmmaCommit();
-      if constexpr (COPY == Sm90Copy::kDuringScores)
-        issueNext();
-      sm90::wgmmaWait<0>();
-      sm90::fenceOperands(s);
+      uint32_t const koff = (ks >> 2) * Cfg::BLOCK_BYTES + (ks & 3) * 32;
+      sm90::wgmmaM64N32<0>(s, sm90::advance(q_desc, koff), sm90::advance(k_desc0, stage + koff), ks > 0);
     }
-    else
+    sm90::wgmmaCommit();
+    if (j + 1 < ntiles)
     {
-      float sf[2 * Cfg::S_REGS];  // all 64 keys over this warpgroup's 288 dims
-      sm90::wgmmaFence();
-#pragma unroll
-      for (int i = 0; i < Cfg::K16_STEPS / 2; ++i)
-      {
-        int const ks = wg * (Cfg::K16_STEPS / 2) + i;
-        uint32_t const koff = (ks >> 2) * Cfg::BLOCK_BYTES + (ks & 3) * 32;
-        sm90::wgmmaM64N64<0>(sf, sm90::advance(q_desc, koff), sm90::advance(k_desc_all, stage + koff), i > 0);
-      }
-      sm90::wgmmaCommit();
-      if constexpr (COPY == Sm90Copy::kDuringScores)
-        issueNext();
-      sm90::wgmmaWait<0>();
-      sm90::fenceOperands(sf);
-      // Thread t of one warpgroup holds the same rows and columns of its 8-column blocks as thread
-      // t of the other: it sends blocks 4 (1 - wg) .. +3 and adds the other's partial of blocks
-      // 4 wg .. +3, as float4 [block][thread] (consecutive lanes, consecutive 16 bytes). Each key's
-      // sum is formed once, by its owner, in one order: the result is deterministic.
-      float4 *const to_wg1 = smemAt<float4>(smem, Smem::p);
-      float4 *const to_wg0 = reinterpret_cast<float4 *>(smem + Smem::kv.offset + stage + 8 * Cfg::BLOCK_BYTES);
-      float4 *const send = wg == 0 ? to_wg1 : to_wg0;
-      float4 const *const recv = wg == 0 ? to_wg0 : to_wg1;
-      int const t = tid & 127;
-#pragma unroll
-      for (int q = 0; q < 4; ++q)
-        send[q * 128 + t] = wg == 0 ? make_float4(sf[16 + q * 4], sf[17 + q * 4], sf[18 + q * 4], sf[19 + q * 4])
-                                    : make_float4(sf[q * 4], sf[1 + q * 4], sf[2 + q * 4], sf[3 + q * 4]);
-      namedBarrier(kScoresCrossed, Cfg::THREADS);
-#pragma unroll
-      for (int q = 0; q < 4; ++q)
-      {
-        float4 const r = recv[q * 128 + t];
-        float const other[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          s[q * 4 + e] = (wg == 0 ? sf[q * 4 + e] : sf[16 + q * 4 + e]) + other[e];
-      }
+      issueSwizzledRows(ld, j + 1, kv_base + ((j + 1) & 1) * Cfg::ROWS_BYTES);
+      if (j + 2 < ntiles)
+        ld.issueIndices(j + 2);
     }
+    cpAsyncCommit();
+    sm90::wgmmaWait<0>();
+    sm90::fenceOperands(s);
+
     // Stage: mask, where the tile reaches the tree columns or the split's end.
     int const col0 = info->s0 + j * N_TILE;
     if (info->P - col0 < N_TILE || info->s1 - col0 < N_TILE)
@@ -338,8 +268,6 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
       sm90::wgmmaM64N256<1>(o, sm90::advance(p_desc, kk * 32),
                             sm90::advance(v_desc0, stage + kk * 2 * sm90::SWIZZLE_ATOM_BYTES), 1);
     sm90::wgmmaCommit();
-    if constexpr (COPY == Sm90Copy::kDuringPV)
-      issueNext();
     sm90::wgmmaWait<0>();
     sm90::fenceOperands(o);
   }
@@ -369,11 +297,11 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
   }
 }
 
-template <class PartialT, Sm90Copy COPY, Sm90Scores SCORES>
+template <class PartialT>
 __global__ void __launch_bounds__(Sm90Config::THREADS, 1) sm90Kernel(VerifyParams const p, int m_tiles)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  verifyTileSm90<PartialT, COPY, SCORES>(p, blockIdx.y, blockIdx.x % m_tiles, blockIdx.x / m_tiles);
+  verifyTileSm90<PartialT>(p, blockIdx.y, blockIdx.x % m_tiles, blockIdx.x / m_tiles);
 #else
   __trap();  // this file is built for sm_90a only; plan() refuses other GPUs before any launch
 #endif
@@ -382,57 +310,23 @@ __global__ void __launch_bounds__(Sm90Config::THREADS, 1) sm90Kernel(VerifyParam
 
 size_t sm90SharedBytes() { return Impl::Sm90Config::SMEM_BYTES; }
 
-namespace
-{
-using Impl::Sm90Copy;
-using Impl::Sm90Scores;
-
-template <Sm90Copy COPY, Sm90Scores SCORES>
-cudaError_t allowSharedBytes()
-{
-  int const bytes = Impl::Sm90Config::SMEM_BYTES;
-  cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<void const *>(Impl::sm90Kernel<float, COPY, SCORES>),
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(reinterpret_cast<void const *>(Impl::sm90Kernel<__nv_bfloat16, COPY, SCORES>),
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  return e;
-}
-
-template <Sm90Copy COPY, Sm90Scores SCORES>
-cudaError_t launchVariant(VerifyParams const &p, cudaStream_t stream)
-{
-  return Impl::launchSplit<Impl::Sm90Config>(p, stream, Impl::sm90Kernel<float, COPY, SCORES>,
-                                             Impl::sm90Kernel<__nv_bfloat16, COPY, SCORES>);
-}
-} // namespace
-
 cudaError_t prepareSm90Kernel()
 {
   static std::once_flag once;
   static cudaError_t status = cudaSuccess;
   std::call_once(once, [] {
-    status = allowSharedBytes<Sm90Copy::kDuringScores, Sm90Scores::kKeyHalves>();
+    int const bytes = Impl::Sm90Config::SMEM_BYTES;
+    status = cudaFuncSetAttribute(reinterpret_cast<void const *>(Impl::sm90Kernel<float>),
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (status == cudaSuccess)
-      status = allowSharedBytes<Sm90Copy::kDuringPV, Sm90Scores::kKeyHalves>();
-    if (status == cudaSuccess)
-      status = allowSharedBytes<Sm90Copy::kDuringScores, Sm90Scores::kDimHalves>();
+      status = cudaFuncSetAttribute(reinterpret_cast<void const *>(Impl::sm90Kernel<__nv_bfloat16>),
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   });
   return status;
 }
 
 cudaError_t launchVerifySm90(VerifyParams const &p, cudaStream_t stream)
 {
-  return launchVariant<Sm90Copy::kDuringScores, Sm90Scores::kKeyHalves>(p, stream);
-}
-
-cudaError_t launchVerifySm90CopyDuringPV(VerifyParams const &p, cudaStream_t stream)
-{
-  return launchVariant<Sm90Copy::kDuringPV, Sm90Scores::kKeyHalves>(p, stream);
-}
-
-cudaError_t launchVerifySm90DimHalves(VerifyParams const &p, cudaStream_t stream)
-{
-  return launchVariant<Sm90Copy::kDuringScores, Sm90Scores::kDimHalves>(p, stream);
+  return Impl::launchSplit<Impl::Sm90Config>(p, stream, Impl::sm90Kernel<float>, Impl::sm90Kernel<__nv_bfloat16>);
 }
 } // namespace canopy::cuda

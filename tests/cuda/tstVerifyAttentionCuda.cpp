@@ -118,8 +118,6 @@ std::vector<Variant> cudaVariants(int nsplit)
     variants.push_back({"cuda-sm90 f32", [] { return cuda::makeSm90Design(false); }, nsplit});
     variants.push_back({"cuda-sm90 bf16", [] { return cuda::makeSm90Design(true); }, nsplit});
     variants.push_back({"cuda-sm90 direct", [] { return cuda::makeSm90Design(false); }, 1});
-    variants.push_back({"cuda-sm90-kdim f32", [] { return cuda::makeSm90DimHalvesDesign(); }, nsplit});
-    variants.push_back({"cuda-sm90-kdim direct", [] { return cuda::makeSm90DimHalvesDesign(); }, 1});
   }
   for (std::string const &n : kokkosDesignsOnCuda())
     variants.push_back({n, [n] { return makeDesign(n); }, nsplit});
@@ -356,7 +354,6 @@ TEST(CudaDesigns, repeatedRunsAreBitIdentical)
   {
     variants.push_back({"cuda-sm90 split", cuda::makeSm90Design(false), 7});
     variants.push_back({"cuda-sm90 direct", cuda::makeSm90Design(false), 1});
-    variants.push_back({"cuda-sm90-kdim split", cuda::makeSm90DimHalvesDesign(), 7});
   }
   for (auto &v : variants)
   {
