@@ -1,15 +1,16 @@
 /// \file canopy_VerifyAttention_cuda_spec.hpp
 /// \brief Kokkos::Cuda specialisation of the verify dispatch (backends/kokkos/canopy_VerifyAttention_spec.hpp):
-/// `kokkos-team` on a Kokkos::Cuda instance reaches the hand-written cuda-sm120 tile kernel on
-/// exec.cuda_stream(), Kokkos Kernels style (availability trait + specialisation). The args' BatchRef
-/// -> makeVerifyParams (as the CUDA designs) -> the same launcher the cuda-sm120 design calls. Algo::Portable still runs the
-/// TeamPolicy kernel. Compiled where the build has both a CUDA Kokkos and the CUDA designs.
+/// `kokkos-team` on a Kokkos::Cuda instance reaches the hand-written tile kernel of the device's
+/// architecture (cuda-sm90 on sm_90, cuda-sm120 elsewhere) on exec.cuda_stream(), Kokkos Kernels
+/// style (availability trait + specialisation). The args' BatchRef -> makeVerifyParams (as the CUDA
+/// designs) -> the same launcher that design calls. Algo::Portable still runs the TeamPolicy kernel. Compiled where the build has both a CUDA Kokkos and the CUDA designs.
 #pragma once
 
 #include <Kokkos_Core.hpp>
 
 #if defined(KOKKOS_ENABLE_CUDA) && defined(CANOPY_HAVE_CUDA_DESIGNS)
 
+#include "canopy_CudaDesigns.hpp"
 #include "canopy_CudaParams.hpp"
 #include "canopy_CudaRuntime.hpp"
 #include "canopy_VerifyAttentionCuda.hpp"
@@ -24,11 +25,12 @@ struct verify_spec_avail<Kokkos::Cuda, TeamTiles> : std::true_type
 {
 };
 
-/// Name of the specialised path in result rows.
-inline constexpr char const *CUDA_SPEC_PATH = "kokkos-team[cuda-sm120]";
+/// Name of the specialised path in result rows: kokkos-team[cuda-sm90] on an sm_90 GPU,
+/// kokkos-team[cuda-sm120] on every other.
+inline std::string cudaSpecPath(cuda::SpecialisedTile const &k) { return std::string("kokkos-team[") + k.design + "]"; }
 
-/// \pre cuda::prepareVerifyKernels() was called once outside any graph capture (it raises the
-/// kernels' shared-memory limit, which is not a stream operation): the design's plan() does.
+/// \pre The tile kernel's prepare() was called once outside any graph capture (it raises the
+/// kernel's shared-memory limit, which is not a stream operation): the design's plan() does.
 template <>
 struct VerifyAttention<Kokkos::Cuda, TeamTiles, true>
 {
@@ -47,10 +49,11 @@ struct VerifyAttention<Kokkos::Cuda, TeamTiles, true>
     p.partial_lse = ws.partial_lse.data();
     p.partial_rows = ws.node_capacity * ws.num_heads;
     p.partial_bf16 = false;
+    cuda::SpecialisedTile const k = cuda::specialisedTile();
     if (char const *why = cuda::verifyParamsProblem(p))
-      return fallBackToPortable(space, a, ws, plan, CUDA_SPEC_PATH, why);
-    cuda::check(cuda::launchVerifySm120(p, space.cuda_stream()), "launchVerifySm120");
-    return {CUDA_SPEC_PATH, false};
+      return fallBackToPortable(space, a, ws, plan, cudaSpecPath(k), why);
+    cuda::check(k.launch(p, space.cuda_stream()), k.design);
+    return {cudaSpecPath(k), false};
   }
 };
 } // namespace canopy

@@ -121,7 +121,8 @@ public:
   {
     std::string paths = std::string(Flavor::name()) + " (" + ExecSpace::name() + " TeamPolicy)";
     if (verify_spec_avail<ExecSpace, Flavor>::value && ON_CUDA && _algo == Algo::Auto)
-      paths = std::string(Flavor::name()) + "[cuda-sm120] (Kokkos::Cuda specialisation), " + paths +
+      paths = std::string(Flavor::name()) + "[cuda-sm90] (Kokkos::Cuda specialisation, sm_90), " + Flavor::name() +
+              "[cuda-sm120] (elsewhere), " + paths +
               " where the specialisation does not serve the shape";
     else if (!verifyFlavorCompiled<ExecSpace, Flavor>())
       paths = std::string(TeamTiles::name()) + " (fallback: " + Flavor::name() + " not compiled for " + ExecSpace::name() + ")";
@@ -146,10 +147,11 @@ private:
 
   void record(VerifyPath const &p) { _path = p.path; }
 
-  /// Whether runs take the Kokkos::Cuda specialisation (the cuda-sm120 tile kernel).
+  /// Whether runs take the Kokkos::Cuda specialisation (the hand-written tile kernel of the device's
+  /// architecture: cuda-sm90 on sm_90, cuda-sm120 elsewhere).
   bool specialised() const { return _algo == Algo::Auto && verify_spec_avail<ExecSpace, Flavor>::value && ON_CUDA; }
 
-  /// nsplit 0 = auto: the specialised path splits as cuda-sm120 does (from the bounds and the SM
+  /// nsplit 0 = auto: the specialised path splits as its tile kernel's design does (from the bounds and the SM
   /// count), and prepares its kernels here, outside any capture; the portable paths leave 0 to
   /// planVerifyFor (Impl::autoNsplit for their tiles).
   int nsplitFor(PlanBounds const &bounds, int nsplit) const
@@ -157,9 +159,10 @@ private:
 #ifdef CANOPY_HAVE_CUDA_SPECIALISATION
     if (specialised())
     {
-      cuda::check(cuda::prepareVerifyKernels(), "cudaFuncSetAttribute (verify kernels)");
+      cuda::SpecialisedTile const k = cuda::specialisedTile();
+      cuda::check(k.prepare(), "cudaFuncSetAttribute (verify kernels)");
       if (nsplit == 0)
-        return cuda::suggestNsplit(bounds, cuda::deviceInfo(cuda::currentDevice()).sm_count);
+        return cuda::suggestNsplit(bounds, cuda::deviceInfo(cuda::currentDevice()).sm_count, false, k.tile);
     }
 #endif
     return nsplit;
