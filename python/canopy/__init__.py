@@ -59,11 +59,10 @@ def designs():
     ]
 
 
-def _tensors(buffers, keep):
-    """The Tensor array of the buffers given (None = absent), in the library's order."""
-    unknown = set(buffers) - set(BUFFER_NAMES)
-    if unknown:
-        raise TypeError(f"unknown buffers {sorted(unknown)}; the batch's are {list(BUFFER_NAMES)}")
+def _tensors(arguments, keep):
+    """The Tensor array of the buffers among ``arguments`` (a call's locals; None = absent), in the
+    library's order: the signatures spell the buffers out, the library's list picks them up."""
+    buffers = {name: arguments.get(name) for name in BUFFER_NAMES}
     given = [_abi.describe(name, buffers[name], keep) for name in BUFFER_NAMES if buffers.get(name) is not None]
     return (_abi.Tensor * len(given))(*given), len(given)
 
@@ -94,9 +93,7 @@ def verify_attention(q, kv_pool, out, *, kv_indptr, kv_indices, qo_indptr, out_c
     Raises ValueError (naming the buffer and first bad index) on bad input, with ``out`` untouched.
     """
     keep = []
-    tensors, count = _tensors(dict(q=q, kv_pool=kv_pool, out=out, kv_indptr=kv_indptr, kv_indices=kv_indices,
-                                   qo_indptr=qo_indptr, out_cache_loc=out_cache_loc, custom_mask=custom_mask,
-                                   mask_indptr=mask_indptr, tree_parent=tree_parent), keep)
+    tensors, count = _tensors(locals(), keep)
     message = ctypes.create_string_buffer(_MESSAGE_BYTES)
     status = _abi.lib.canopy_verify_attention(design.encode(), mask.encode(), tensors, count, float(sm_scale),
                                               _stream_handle(stream, q), message, _MESSAGE_BYTES)
@@ -129,9 +126,7 @@ class Plan:
             mask_indptr=None, tree_parent=None, sm_scale, stream=None, validate=False):
         """Enqueues the attention of one batch (within the plan's bounds) and returns ``out``."""
         keep = []
-        tensors, count = _tensors(dict(q=q, kv_pool=kv_pool, out=out, kv_indptr=kv_indptr, kv_indices=kv_indices,
-                                       qo_indptr=qo_indptr, out_cache_loc=out_cache_loc, custom_mask=custom_mask,
-                                       mask_indptr=mask_indptr, tree_parent=tree_parent), keep)
+        tensors, count = _tensors(locals(), keep)
         message = ctypes.create_string_buffer(_MESSAGE_BYTES)
         flags = _abi.RUN_VALIDATE_VALUES if validate else 0
         status = _abi.lib.canopy_plan_run(self._handle, tensors, count, float(sm_scale), _stream_handle(stream, q),
