@@ -54,4 +54,9 @@ KokkosInfo kokkosInfo()
   info.spaces = spaces;
   return info;
 }
+
+bool kokkosMemoryIsHost()
+{
+  return Kokkos::SpaceAccessibility<Kokkos::HostSpace, Kokkos::DefaultExecutionSpace::memory_space>::accessible;
+}
 } // namespace canopy

@@ -33,4 +33,8 @@ struct KokkosInfo
   std::string spaces;  ///< e.g. "Serial,OpenMP,Cuda"
 };
 KokkosInfo kokkosInfo();
+
+/// \brief Whether the host can read Kokkos' default memory space (where MemoryKind::kKokkos designs
+/// want their buffers): true for host backends, false for a CUDA Kokkos.
+bool kokkosMemoryIsHost();
 } // namespace canopy
