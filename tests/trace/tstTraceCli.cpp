@@ -256,7 +256,9 @@ TEST(TraceCli, zeroStepTraceIsNothingToCheck)
 
   std::string const config = writeFile("empty_run.toml", "[inputs]\ntraces = [\"" + empty +
                                                              "\"]\n[designs]\nnames = [\"reference\"]\n");
-  std::string const out = tempPath("empty_run_out");
+  // A folder: left behind by a run that wrongly went through, it is removed first, whole.
+  std::string const out = (std::filesystem::path(empty).parent_path() / "empty_run_out").string();
+  std::filesystem::remove_all(out);
   Result const run = canopy("run " + config + " --quiet --out " + out);
   EXPECT_EQ(run.code, 2) << run.out << run.err;
   EXPECT_NE(run.err.find(needle), std::string::npos) << run.err;
