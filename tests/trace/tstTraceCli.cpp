@@ -235,11 +235,7 @@ namespace canopy::test
 // does nothing: "nothing to check", exit 2, never a pass and never an empty table of rows.
 TEST(TraceCli, zeroStepTraceIsNothingToCheck)
 {
-  TraceColumns c;
-  c.source = "empty";
-  c.num_slots = 0;
-  std::string const empty = tempPath("empty.h5");
-  writeTraceColumns(empty, c);
+  std::string const empty = writeEmptyTrace("empty.h5");
   EXPECT_EQ(canopy("trace validate " + empty).code, 0);
   std::string const needle = empty + ": the trace has 0 steps: nothing to check";
   for (std::string const designs : {"reference", "all"})
@@ -256,9 +252,7 @@ TEST(TraceCli, zeroStepTraceIsNothingToCheck)
 
   std::string const config = writeFile("empty_run.toml", "[inputs]\ntraces = [\"" + empty +
                                                              "\"]\n[designs]\nnames = [\"reference\"]\n");
-  // A folder: left behind by a run that wrongly went through, it is removed first, whole.
-  std::string const out = (std::filesystem::path(empty).parent_path() / "empty_run_out").string();
-  std::filesystem::remove_all(out);
+  std::string const out = tempPath("empty_run_out");
   Result const run = canopy("run " + config + " --quiet --out " + out);
   EXPECT_EQ(run.code, 2) << run.out << run.err;
   EXPECT_NE(run.err.find(needle), std::string::npos) << run.err;
