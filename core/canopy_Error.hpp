@@ -1,5 +1,7 @@
 /// \file canopy_Error.hpp
-/// \brief Error types. InputError = bad user input (trace, config, flags, shapes): exit code 2.
+/// \brief Error types. InputError = bad user input (trace, config, flags, shapes): exit code 2;
+/// RuntimeFailure = the machine or a library failed: exit code 3; GpuUnavailable = the work needs a
+/// GPU this host lacks: exit code 4.
 #pragma once
 
 #include <stdexcept>
@@ -31,6 +33,16 @@ public:
   explicit RuntimeFailure(std::string const &what) : std::runtime_error(what) {}
 };
 
+/// \brief The work asked for needs a GPU and this host has no usable one (no device, no driver).
+/// Neither bad input (the same command is right on a GPU host) nor a failure of the machine (nothing
+/// broke): its own exit code, so that a script or a batch job can tell "wrong host" from the rest.
+class GpuUnavailable : public std::runtime_error
+{
+public:
+  explicit GpuUnavailable(std::string const &what) : std::runtime_error(what) {}
+};
+
 constexpr int EXIT_BAD_INPUT = 2;
 constexpr int EXIT_RUNTIME_FAILURE = 3;
+constexpr int EXIT_NO_GPU = 4;
 } // namespace canopy

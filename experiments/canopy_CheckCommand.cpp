@@ -95,10 +95,18 @@ void printTolerances()
               REL_L2_TOLERANCE, ROW_REL_L2_TOLERANCE);
 }
 
+/// The designs of --designs. A design named there that needs a GPU this host lacks stops the check
+/// before any work (exit 4): a table without the row asked for would read as a pass.
 std::vector<std::string> resolveDesigns(std::string const &list)
 {
   if (list != "all")
-    return parseDesignList(list);
+  {
+    std::vector<std::string> const names = parseDesignList(list);
+    for (std::string const &n : names)
+      if (std::string const why = gpuMissingFor(n); !why.empty())
+        throw GpuUnavailable("--designs: " + n + " " + why + "; --designs all leaves out what cannot run here");
+    return names;
+  }
   // "all" includes the reference itself (its row is the bf16 rounding floor of the table) and
   // leaves out designs whose memory this machine lacks (CUDA designs on a host without a GPU).
   std::vector<std::string> names;
@@ -160,8 +168,8 @@ int runCheck(CheckFlags f)
 int runTraceCheck(CheckFlags f)
 {
   MaskLayout const mask = parseMaskLayout(f.mask, "--mask");
+  auto const src = makeTraceSource(f.trace, f.steps, f.gen.seed);  // bad input (exit 2) before a missing GPU (4)
   std::vector<std::string> const designs = resolveDesigns(f.designs);
-  auto const src = makeTraceSource(f.trace, f.steps, f.gen.seed);
   std::printf("canopy check: trace %s, %lld steps, mask=%s, %s values, checked against %s; nsplit=%d\n\n",
               src->label().c_str(), static_cast<long long>(src->numSteps()), f.mask.c_str(),
               src->recordedValues() ? "recorded" : "seeded",

@@ -11,13 +11,18 @@
 
 namespace canopy::cli
 {
-/// A subcommand's action; returns the process exit code (0 ok, 1 check failed, 2 bad input).
+/// A subcommand's action; returns the process exit code (0 ok, 1 check failed, 2 bad input, 4 the
+/// work needs a GPU this host lacks; see canopy_Error.hpp).
 using Action = std::function<int()>;
 
 /// \brief Writes \p results into \p out (claimed before the work, see OutputDir), prints the
 /// Markdown table and "<what> <dir>/{...}", and returns the exit code: 1 when a row FAILED its
 /// check, else 0.
 int writeAndReport(ResultSet const &results, OutputDir &out, std::string const &what);
+
+/// \brief "" when design \p name can run on this host, else why not: its memory is a GPU's and this
+/// host has no usable GPU. A name this build lacks is bad input (makeDesign throws InputError).
+std::string gpuMissingFor(std::string const &name);
 
 /// \brief A seed or count given as digits only: a negative number would wrap around in an unsigned
 /// option ("-1" became 2^64-1).

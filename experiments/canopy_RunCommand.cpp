@@ -1,9 +1,11 @@
 /// \file canopy_RunCommand.cpp
 /// \brief `canopy run CONFIG.toml [--out DIR]`: an experiment from a config to results and tables.
+#include "canopy_BatchStorage.hpp"
 #include "canopy_Commands.hpp"
 #include "canopy_Error.hpp"
 #include "canopy_ExperimentConfig.hpp"
 #include "canopy_Merge.hpp"
+#include "canopy_Registry.hpp"
 #include "canopy_ReplayEngine.hpp"
 #include "canopy_Results.hpp"
 
@@ -60,6 +62,26 @@ private:
   std::chrono::steady_clock::time_point _t0;
 };
 
+/// When no row ran and at least one was skipped because its design needs a GPU this host lacks: that
+/// design's name and why; else "". Rows of host designs in graph mode are skipped on any host: those
+/// alone are not a missing GPU.
+std::string nothingRanForWantOfAGpu(ResultSet const &rs)
+{
+  std::string first;
+  for (ResultRow const &r : rs.rows)
+  {
+    if (r.status != RowStatus::kSkipped)
+      return "";
+    if (first.empty())
+    {
+      std::string const why = gpuMissingFor(r.design);
+      if (!why.empty())
+        first = r.design + " " + why;
+    }
+  }
+  return first;
+}
+
 int runRun(RunFlags const &f)
 {
   ExperimentConfig cfg = loadExperimentConfig(f.config);
@@ -70,13 +92,29 @@ int runRun(RunFlags const &f)
   OutputDir out(cfg.out_dir, f.overwrite, f.out_given ? "--out" : "output.dir");  // before any work
   auto progress = std::make_shared<ProgressLine>(cfg.progress && !f.quiet);
   ResultSet const rs = runExperiment(cfg, [progress](int64_t d, int64_t t) { (*progress)(d, t); });
-  return writeAndReport(rs, out, "wrote");
+  int const code = writeAndReport(rs, out, "wrote");
+  // A config may name GPU designs beside host ones and run on either kind of host: rows that cannot
+  // run here are skipped, saying why, and the rest count. But a run that measured nothing because
+  // this host lacks the GPU must not look like a success to a script or a batch job. The rows are
+  // written first: they say, per design and mode, what was skipped and why.
+  if (std::string const missing = nothingRanForWantOfAGpu(rs); !missing.empty())
+    throw GpuUnavailable("every row was skipped: " + missing + "; the skipped rows, each with its reason, are in " +
+                         out.path() + "/results.json");
+  return code;
 }
 } // namespace
 
 CLI::Option *addOverwriteFlag(CLI::App *cmd, bool &overwrite, std::string const &what)
 {
   return cmd->add_flag("--overwrite", overwrite, "replace " + what + " (refused otherwise)");
+}
+
+std::string gpuMissingFor(std::string const &name)
+{
+  std::string why;
+  if (memoryAvailable(makeDesign(name)->memory(), &why))
+    return "";
+  return "needs a GPU this host lacks (" + why + ")";
 }
 
 int writeAndReport(ResultSet const &results, OutputDir &out, std::string const &what)

@@ -1,5 +1,6 @@
 /// \file canopy_main.cpp
-/// \brief The `canopy` command line: maps errors to exit codes (2 = bad input, 3 = runtime failure).
+/// \brief The `canopy` command line: maps errors to exit codes (2 = bad input, 3 = runtime failure,
+/// 4 = the work needs a GPU this host lacks).
 #include "canopy_Commands.hpp"
 #include "canopy_Error.hpp"
 #include "canopy_Runtime.hpp"
@@ -47,6 +48,11 @@ int main(int argc, char **argv)
   {
     std::cerr << "canopy: error: " << e.what() << "\n";
     return canopy::EXIT_BAD_INPUT;
+  }
+  catch (canopy::GpuUnavailable const &e)
+  {
+    std::cerr << "canopy: no GPU: " << e.what() << "\n";
+    return canopy::EXIT_NO_GPU;
   }
   catch (std::exception const &e)
   {

@@ -40,7 +40,7 @@ int runPeaks(PeaksFlags const &f)
 {
   std::string why;
   if (!cuda::cudaAvailable(&why))
-    throw RuntimeFailure("canopy peaks: no usable GPU (" + why + ")");
+    throw GpuUnavailable("canopy peaks needs a GPU this host lacks (" + why + ")");
   cuda::DeviceInfo const dev = cuda::deviceInfo(cuda::currentDevice());
   cuda::Stream stream;
   // --quick (the smoke test): a small GEMM and copy and short mma runs; the numbers mean little.

@@ -8,23 +8,13 @@
 # Usage: cli_refusals.sh CANOPY_BINARY SOURCE_DIR WORK_DIR
 set -u
 canopy="$1"
-config="$2/tests/experiments/tiny_run.toml"
+src="$2"
+config="$src/tests/experiments/tiny_run.toml"
 work="$3"
 rm -rf "$work"
 mkdir -p "$work"
 cd "$work" || exit 1
-failures=0
-# expect CODE NEEDLE COMMAND...: the command exits CODE and, unless NEEDLE is empty, says NEEDLE on stderr.
-expect() {
-  code="$1"; needle="$2"; shift 2
-  "$@" > out.log 2> err.log
-  rc=$?
-  if [ "$rc" -ne "$code" ] || { [ -n "$needle" ] && ! grep -qF -- "$needle" err.log; }; then
-    echo "FAILED: exit $rc (expected $code${needle:+, stderr with '$needle'}): $*" >&2
-    cat err.log >&2
-    failures=$((failures + 1))
-  fi
-}
+. "$src/tests/experiments/expect.sh"
 touch a-file
 run_out() { code="$1"; needle="$2"; shift 2; expect "$code" "$needle" "$canopy" run "$config" --quiet "$@"; }
 run_out 2 "--out: output folder 'a-file/results' cannot be created" --out a-file/results
@@ -67,7 +57,7 @@ expect 2 "--nsplit: must be in [0, 1024]" "$canopy" check --nsplit 100000000
 expect 2 "--heads: must be in [1, 128]" "$canopy" check --heads 0
 expect 2 "--seed: must be a non-negative integer" "$canopy" check --seed -1
 expect 2 "--steps: applies to --trace only" "$canopy" check --steps 3
-trace="$2/data/ddtree_b8_ctx1k.h5"
+trace="$src/data/ddtree_b8_ctx1k.h5"
 for flag in "--batch 2" "--tree 5" "--ragged" "--prefix 64"; do
   expect 2 "and --trace: the trace fixes the shapes" "$canopy" check --trace "$trace" $flag
 done

@@ -49,8 +49,19 @@ inline std::string tempPath(std::string const &name)
                               (std::string(info->test_suite_name()) + "." + info->name());
   std::filesystem::create_directories(dir);
   std::filesystem::path p = dir / name;
-  std::filesystem::remove(p);
+  std::filesystem::remove_all(p);  // a folder too (a command's output folder from an earlier run)
   return p.string();
+}
+
+/// A valid trace of 0 steps (source "empty", no pool), written to tempPath(\p name); its path.
+inline std::string writeEmptyTrace(std::string const &name)
+{
+  TraceColumns c;
+  c.source = "empty";
+  c.num_slots = 0;
+  std::string const path = tempPath(name);
+  writeTraceColumns(path, c);
+  return path;
 }
 
 /// Asserts that \p fn throws InputError whose message contains every one of \p needles.

@@ -228,3 +228,34 @@ TEST(ValidationCorpus, sameReasonFromTheLibraryATraceAndTheCommandLine)
   }
 }
 } // namespace canopy::test
+
+namespace canopy::test
+{
+// A trace of 0 steps is valid (trace validate and info accept it), but checking or replaying it
+// does nothing: "nothing to check", exit 2, never a pass and never an empty table of rows.
+TEST(TraceCli, zeroStepTraceIsNothingToCheck)
+{
+  std::string const empty = writeEmptyTrace("empty.h5");
+  EXPECT_EQ(canopy("trace validate " + empty).code, 0);
+  std::string const needle = empty + ": the trace has 0 steps: nothing to check";
+  for (std::string const designs : {"reference", "all"})
+  {
+    Result const r = canopy("check --trace " + empty + " --designs " + designs);
+    EXPECT_EQ(r.code, 2) << designs << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("pass"), std::string::npos) << r.out;
+  }
+  // Bad input before a missing GPU: the trace is read before the designs are placed.
+  Result const cuda = canopy("check --trace " + empty + " --designs cuda-flat");
+  EXPECT_EQ(cuda.code, 2) << cuda.err;
+  EXPECT_NE(cuda.err.find(needle), std::string::npos) << cuda.err;
+
+  std::string const config = writeFile("empty_run.toml", "[inputs]\ntraces = [\"" + empty +
+                                                             "\"]\n[designs]\nnames = [\"reference\"]\n");
+  std::string const out = tempPath("empty_run_out");
+  Result const run = canopy("run " + config + " --quiet --out " + out);
+  EXPECT_EQ(run.code, 2) << run.out << run.err;
+  EXPECT_NE(run.err.find(needle), std::string::npos) << run.err;
+  EXPECT_FALSE(std::filesystem::exists(out + "/results.json"));
+}
+} // namespace canopy::test

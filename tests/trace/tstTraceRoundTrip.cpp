@@ -266,12 +266,7 @@ TEST(TraceRoundTrip, contentWithMismatchedTreeIsRejected)
 
 TEST(TraceRoundTrip, emptyTraceIsValid)
 {
-  TraceColumns c;
-  c.source = "empty";
-  c.num_slots = 0;
-  std::string const path = tempPath("empty.h5");
-  writeTraceColumns(path, c);
-  TraceReader const r(path);
+  TraceReader const r(writeEmptyTrace("empty.h5"));
   EXPECT_EQ(r.numSteps(), 0);
   EXPECT_EQ(r.info().num_requests, 0);
   EXPECT_FALSE(r.info().has_accepted);
