@@ -23,14 +23,14 @@ SIZES = [(700, 17), (0, 9), (130, 33), (64, 0)]  # P, T per request; one empty p
 
 
 def on_gpu(p, bf16):
-    """The problem's buffers as torch CUDA tensors (bf16 as torch.bfloat16 or as uint16-bit int16)."""
+    """The problem's buffers as torch CUDA tensors (bf16 as torch.bfloat16 or as torch.uint16 bf16 bits)."""
     t = {}
     for name in list(metadata(p)) + ["q", "kv_pool"]:
         a = p[name]
         if a is None:
             t[name] = None
         elif a.dtype == np.uint16:
-            bits = torch.from_numpy(a.view(np.int16)).cuda()
+            bits = torch.from_numpy(a.view(np.int16)).cuda().view(torch.uint16)
             t[name] = bits.view(torch.bfloat16) if bf16 else bits
         else:
             t[name] = torch.from_numpy(a).cuda()
@@ -54,7 +54,7 @@ def test_eager_matches_references(design, mask, bf16):
     t = on_gpu(p, bf16)
     out = torch.full((p["q"].shape[0], HEADS, D_V), float("nan"), device="cuda", dtype=torch.bfloat16)
     if not bf16:
-        out = out.view(torch.int16)
+        out = out.view(torch.uint16)
     try:
         got = canopy.verify_attention(t.pop("q"), t.pop("kv_pool"), out, **t, mask=mask, sm_scale=p["sm_scale"],
                                       design=design)
