@@ -44,12 +44,7 @@ void readLength(Table t, LengthDistribution &d)
 
 SimulatorConfig readSimulatorToml(std::string const &file)
 {
-  std::ifstream in(file, std::ios::binary);
-  if (!in)
-    throw InputError("config: cannot open '" + file + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  toml::table const doc = parseTomlText(text.str(), file);
+  toml::table const doc = parseTomlText(readConfigText(file), file);
   SimulatorConfig c;
   Table root(&doc, "");
   root.get("seed", c.seed);

@@ -222,11 +222,6 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
 
 ExperimentConfig loadExperimentConfig(std::string const &path)
 {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw InputError("config: cannot open '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parseExperimentConfig(ss.str(), path, std::filesystem::path(path).parent_path().string());
+  return parseExperimentConfig(readConfigText(path), path, std::filesystem::path(path).parent_path().string());
 }
 } // namespace canopy

@@ -8,6 +8,7 @@
 #include <toml++/toml.h>
 
 #include <cstdint>
+#include <fstream>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -17,6 +18,17 @@
 
 namespace canopy
 {
+/// \brief The whole of config file \p path as text; a file that cannot be opened is an InputError.
+inline std::string readConfigText(std::string const &path)
+{
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw InputError("config: cannot open '" + path + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 /// \brief Parses TOML text; a syntax error becomes InputError "source:line:col: TOML syntax error: ...".
 inline toml::table parseTomlText(std::string const &text, std::string const &source)
 {
