@@ -527,6 +527,13 @@ struct KvLoader
   template <int CHUNKS, int ROW_BYTES>
   __device__ __forceinline__ void issueRows(int j, uint32_t dst) const
   {
+    issueRowsAt<CHUNKS>(j, [dst](int r, int ch) { return dst + r * ROW_BYTES + ch * 16; });
+  }
+  /// As issueRows, with chunk (r, ch) copied to shared address \p at(r, ch): a stage layout of its
+  /// own (the swizzled tiles of cuda-sm90).
+  template <int CHUNKS, class At>
+  __device__ __forceinline__ void issueRowsAt(int j, At &&at) const
+  {
     TileInfo const volatile *info = sm.info;
     int64_t const *slots = sm.ring + (j & 1) * Cfg::N_TILE;
     int const rows = info->s1 - info->s0 - j * Cfg::N_TILE;
@@ -538,7 +545,7 @@ struct KvLoader
                         static_cast<uint64_t>(static_cast<uint32_t>(ok ? slots[r] : 0)) *
                             static_cast<uint32_t>(2 * p.kv_row_stride) +
                         ch * 16;
-      cpAsync16(dst + r * ROW_BYTES + ch * 16, src, ok);
+      cpAsync16(at(r, ch), src, ok);
     });
   }
   /// Tile 0's slot indices by plain loads (nothing to overlap them with yet).

@@ -83,22 +83,11 @@ enum Sm90Barrier : int
   kProbsReady = 2,   ///< both halves of P are in shared memory (and fenced for wgmma)
 };
 
-/// The copies of KV tile \p j into \p stage: 64 rows x 72 chunks over the CTA, swizzled; rows past
-/// the split are zero-filled (their scores are masked, their P is 0).
+/// The copies of KV tile \p j into \p stage: 64 rows x 72 chunks over the CTA, in the swizzled
+/// layout; rows past the split are zero-filled (their scores are masked, their P is 0).
 __device__ __forceinline__ void issueSwizzledRows(KvLoader<Sm90Config> const &ld, int j, uint32_t stage)
 {
-  using Cfg = Sm90Config;
-  TileInfo const volatile *info = ld.sm.info;
-  int64_t const *slots = ld.sm.ring + (j & 1) * Cfg::N_TILE;
-  int const rows = info->s1 - info->s0 - j * Cfg::N_TILE;
-  forChunks<Cfg::N_TILE, Cfg::QK_CHUNKS, Cfg::THREADS, Cfg::LOAD_UNROLL>(threadIdx.x, [&](int r, int ch) {
-    bool const ok = r < rows;
-    void const *src = reinterpret_cast<char const *>(ld.p.batch.kv_pool) +
-                      static_cast<uint64_t>(static_cast<uint32_t>(ok ? slots[r] : 0)) *
-                          static_cast<uint32_t>(2 * ld.p.kv_row_stride) +
-                      ch * 16;
-    cpAsync16(stage + Cfg::qStageOffset(r, ch), src, ok);
-  });
+  ld.issueRowsAt<Sm90Config::QK_CHUNKS>(j, [stage](int r, int ch) { return stage + Sm90Config::qStageOffset(r, ch); });
 }
 
 template <class PartialT>
