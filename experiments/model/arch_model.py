@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Per-architecture model of the CUDA verify designs: stages per KV tile, chips as data, time per shape.
 
-    experiments/model/arch_model.py [--validate] [--predict] [--candidates] [--fit] [--markdown]
-                                    [--self-test]
+    experiments/model/arch_model.py [--chips] [--stages] [--validate] [--predict] [--candidates]
+                                    [--fit] [--markdown] [--self-test]
 
 For each design (cuda-sm120, cuda-sm120-w32, cuda-flat, cuda-sm90) the model writes one KV tile of
 one CTA as named stages (load, scores, exchange, mask + softmax, P.V, store) with their FLOPs and
@@ -21,7 +21,8 @@ grid of canopy_VerifyAttentionLaunch.cuh), and predicts the time of a verify ste
 Chips are the CHIPS table (one place, each number with its source); the H200 is validated against
 the measured rows in docs/results/ (read with experiments/plots/data.py), the sm_120 cards are
 predictions. With no option, --validate and --predict. --markdown prints the tables of
-docs/results/arch-model.md. Standard library only.
+docs/results/arch-model.md; --fit refits the H200 constants (FIT_PLAN) before printing. Standard
+library only.
 """
 import argparse
 import dataclasses
@@ -29,6 +30,7 @@ import heapq
 import json
 import math
 import os
+import re
 import statistics
 import sys
 
@@ -198,7 +200,6 @@ class Design:
     fold_heads: bool          # rows are (node, head) of one request, else nodes of one head
     serial: str               # the FIT key of its serial cycles per tile
     stages: tuple             # one KV tile of one block
-    load_bytes: int           # bytes per KV tile that the block copies from L2/DRAM
     prefetch: bool = True     # next tile's copies in flight during this tile's compute
     plan_tile_s: float = 2e-6  # SplitTile.seconds of suggestNsplit
     serial_scale: float = 1.0  # SERIAL cycles are per 32 keys; a 64-key tile pays them twice
@@ -219,7 +220,7 @@ def _sm120():
          Stage("softmax", note="mask (tree tiles), max, exp2, sums: in SERIAL"),
          Stage("pv", f_pv, operand_bytes(f_pv, 16, 256, a_shared=False),
                note="8 warps x 64 mma; warp tile 16 rows x 256 columns, P in registers")),
-        n * ROW_BYTES, note="Q (72) + O (128) registers: 8 warps, 1 block per SM")
+        note="Q (72) + O (128) registers: 8 warps, 1 block per SM")
 
 
 def _w32():
@@ -235,7 +236,7 @@ def _w32():
          Stage("exchange", smem=x, feed="smem", note="4 partials per row summed once, P as A fragments"),
          Stage("softmax", note="two steps per 32 keys: in SERIAL"),
          Stage("pv", f_pv, operand_bytes(f_pv, 32, 128), note="warp tile 32 rows x 128 columns, P and V from shared")),
-        n * ROW_BYTES, note="same registers as cuda-sm120")
+        note="same registers as cuda-sm120")
 
 
 def _flat():
@@ -248,7 +249,7 @@ def _flat():
          Stage("exchange", smem=4 * 2 * 2048, feed="smem"),
          Stage("softmax", note="in SERIAL (the cuda-sm120 tile code)"),
          Stage("pv", f_pv, operand_bytes(f_pv, 16, 256, a_shared=False))),
-        n * ROW_BYTES + n * 2 * D_V, prefetch=False, note="4 warps, 2 blocks per SM where shared memory allows")
+        prefetch=False, note="4 warps, 2 blocks per SM where shared memory allows")
 
 
 def _sm90():
@@ -263,7 +264,7 @@ def _sm90():
          Stage("softmax", note="in SERIAL"),
          Stage("pv", f_pv, operand_bytes(f_pv, 64, 256), feed="smem", mma="wgmma",
                note="2 warpgroups x 4 wgmma m64n256k16, P and V from shared")),
-        n * ROW_BYTES, plan_tile_s=2.4e-6, note="wgmma: H200 only")
+        plan_tile_s=2.4e-6, note="wgmma: H200 only")
 
 
 DESIGNS = {d.name: d for d in (_sm120(), _w32(), _flat(), _sm90())}
@@ -496,8 +497,14 @@ def _fit_points(points, design, which):
     return [p for p in points if p.design == design and p.source == src and (p.batch, p.tree, p.prefix) == (b, t, pre)]
 
 
+# Where --fit starts (a coordinate search finds a local minimum, and LAUNCH_US and START_US trade
+# against each other on single-wave shapes): FIT is the search's result from here.
+FIT_START = {"LAUNCH_US": 4.0, "START_US": 4.0, "MERGE_CLK": 320.0, "SERIAL_SM120": 1700.0, "SERIAL_W32": 2600.0,
+             "SERIAL_SM90": 3600.0, "FLAT_LOAD_US": 1.5, "FLAT_LOAD_BUSY_US": 0.3}
+
+
 def fit_constants(points, fit=None):
-    fit = dict(FIT if fit is None else fit)
+    fit = dict(FIT_START if fit is None else fit)
     for names, design, which in FIT_PLAN:
         pts = _fit_points(points, design, which)
 
@@ -539,7 +546,7 @@ def _candidate(name, keys, qk, pv, q_shared, copies_rows, partial_split, plan, r
               Stage("softmax"),
               Stage("pv", f_pv, operand_bytes(f_pv, pv[0], pv[1], a_shared=pv[0] > 16)))
     return Design(name, m, keys, 8, regs, sum(v for _, v in plan), True, True, "SERIAL_SM120", stages,
-                  copies_rows * keys * ROW_BYTES, serial_scale=keys / 32, overlap=overlap, smem_plan=plan,
+                  serial_scale=keys / 32, overlap=overlap, smem_plan=plan,
                   note=note)
 
 
@@ -552,7 +559,8 @@ def candidates():
         tag = "seesaw" if overlap else "lockstep"
         out += [
             _candidate(f"today's tile, {tag}", 32, (16, 32), (16, 256), False, 1, 2,
-                       (stages32, ("partial scores", 8 * 16 * 32 * 4), ("visibility", 4096), ("ring, info", 512 + info)),
+                       (stages32, ("partial scores", 8 * 16 * 32 * 4), ("visibility", 4096),
+                        ("ring, info", 512 + info)),
                        255, overlap, "cuda-sm120: Q (72) + O (128) registers, 8 warps"),
             _candidate(f"32-row warps (w32), {tag}", 32, (32, 16), (32, 128), False, 1, 4,
                        (stages32, ("partials, P, rescale", 16384 + 2048 + 1024 + 512), ("visibility", 4096),
@@ -601,16 +609,34 @@ def summary_by_design(rows):
 def print_validation(points, fit=FIT, markdown=False):
     rows = validation_rows(points, fit)
     if markdown:
-        print("| design | source | B | T | P | splits | measured µs | model µs | error |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    for p, pr, e in rows:
-        if markdown:
-            print(f"| {p.design} | {p.source} ({p.role}) | {p.batch} | {p.tree} | {p.prefix} | {pr.nsplit} | "
-                  f"{_us(p.measured_s)} | {_us(pr.seconds)} | {e * 100:+.1f}% |")
-        else:
+        # one table per measured run: a row per shape, a column per design (measured / model, error)
+        for rel, what, designs in MEASURED:
+            src = rel.split("/")[0]
+            mine = [(p, pr, e) for p, pr, e in rows if p.source == src]
+            shapes = sorted({(p.batch, p.tree, p.prefix) for p, _, _ in mine})
+            names = [d for d in designs if any(p.design == d for p, _, _ in mine)]
+            print(f"`{rel}` ({what}): measured µs / model µs (error); * = a point a constant was fitted on")
+            print()
+            print("| B | T | P | splits | " + " | ".join(names) + " |")
+            print("|---:|---:|---:|---:|" + "---:|" * len(names))
+            for shape in shapes:
+                cells, ns = [], ""
+                for name in names:
+                    hit = [(p, pr, e) for p, pr, e in mine if p.design == name and (p.batch, p.tree, p.prefix) == shape]
+                    if not hit:
+                        cells.append("")
+                        continue
+                    p, pr, e = hit[0]
+                    ns = ns or (str(pr.nsplit) if DESIGNS[name].splits else "")
+                    star = "*" if p.role == "fit" and src != "h200-budget-study" else ""
+                    cells.append(f"{_us(p.measured_s)} / {_us(pr.seconds)} ({e * 100:+.1f}%){star}")
+                print(f"| {shape[0]} | {shape[1]} | {shape[2]} | {ns} | " + " | ".join(cells) + " |")
+            print()
+    else:
+        for p, pr, e in rows:
             print(f"{p.design:15s} {p.source:18s} B={p.batch} T={p.tree:<4d} P={p.prefix:<6d} ns={pr.nsplit:<3d} "
                   f"measured {_us(p.measured_s):>8s} us  model {_us(pr.seconds):>8s} us  {e * 100:+6.1f}%")
-    print()
+        print()
     print("| design | points | set | median abs error | worst error | within 15% |" if markdown else "summary:")
     if markdown:
         print("|---|---:|---|---:|---:|---:|")
@@ -621,7 +647,8 @@ def print_validation(points, fit=FIT, markdown=False):
         if markdown:
             print(f"| {design} | {len(es)} | {role} | {med * 100:.1f}% | {worst * 100:+.1f}% | {within} of {len(es)} |")
         else:
-            print(f"  {design:15s} {role:9s} n={len(es):3d} median |err| {med * 100:5.1f}%  worst {worst * 100:+6.1f}%  "
+            print(f"  {design:15s} {role:9s} n={len(es):3d} median |err| {med * 100:5.1f}%  "
+                  f"worst {worst * 100:+6.1f}%  "
                   f"within 15%: {within}/{len(es)}")
     return rows
 
@@ -663,7 +690,8 @@ def print_predictions(markdown=False, fit=FIT):
             if markdown:
                 print(f"| {name} | {b} | {t} | {pre} | " + " | ".join(cells) + " |")
             else:
-                print(f"{name:15s} B={b} T={t:<4d} P={pre:<6d} " + "  ".join(f"{c.key}: {x}" for c, x in zip(chips, cells)))
+                print(f"{name:15s} B={b} T={t:<4d} P={pre:<6d} " +
+                      "  ".join(f"{c.key}: {x}" for c, x in zip(chips, cells)))
 
 
 def print_stages(markdown=False, fit=FIT):
@@ -851,7 +879,8 @@ def self_test():
         check(f"{name} fits", fits_sm120(by[name]), True)
     # today's tile written as a candidate is the cuda-sm120 design, cycle for cycle, on every chip
     for c in CHIPS.values():
-        check(f"today's tile = cuda-sm120 on {c.key}", tile_cycles(by["today's tile, lockstep"], c), tile_cycles(sm120, c))
+        check(f"today's tile = cuda-sm120 on {c.key}", tile_cycles(by["today's tile, lockstep"], c),
+              tile_cycles(sm120, c))
     # the seesaw bound: a tile can go no faster than its MMAs at the chip's rate
     for d in cands:
         for c in CHIPS.values():
@@ -862,7 +891,6 @@ def self_test():
     for rel, _, _ in MEASURED:
         with open(os.path.join(ROOT, "docs", "results", rel), encoding="utf-8") as f:
             text = Run(json.load(f)).env.get("peaks", "")
-        import re
         m = re.search(r"mma\.sync bf16 ([\d.]+) TFLOP/s.*?([\d.]+) TFLOP/s fed by ldmatrix\.x4 per 2 mma", text)
         if m:
             peaks.append((float(m.group(1)), float(m.group(2))))
