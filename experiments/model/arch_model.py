@@ -104,6 +104,7 @@ SOURCES = {
                       f"{H200_LDSM_TFLOPS:.0f} TFLOP/s (368-377 over the runs) at 1/16 B per FLOP",
         "smem_b_clk": "128 B/clk/SM (32 banks x 4 B; vendor architecture documents)",
         "smem_block": "227 KB opt-in per block, 228 KB per SM (CUDA programming guide, cc 9.0)",
+        "regs_sm": "65,536 32-bit registers and 2,048 threads per SM (CUDA programming guide, cc 9.0)",
         "dram_tbs": f"{H200_COPY_TBS} TB/s measured copy (`canopy peaks`); vendor spec 4.8 TB/s HBM3e",
         "l2_mb": "60 MB (`device` field of the runs)",
     },
@@ -115,6 +116,7 @@ SOURCES = {
         "ldsm_b_clk": "assumed equal to the H200's measured ldmatrix feed (not measured on sm_120)",
         "smem_b_clk": "128 B/clk/SM (same shared-memory banks as the H200)",
         "smem_block": "99 KB opt-in per block, 100 KB per SM (CUDA programming guide, cc 12.0)",
+        "regs_sm": "65,536 32-bit registers and 1,536 threads per SM (CUDA programming guide, cc 12.0)",
         "dram_tbs": "1.792 TB/s GDDR7, 512-bit at 28 Gbps (vendor spec)",
         "l2_mb": "128 MB (vendor spec)",
     },
@@ -126,6 +128,7 @@ SOURCES = {
         "ldsm_b_clk": "assumed equal to the H200's measured ldmatrix feed (not measured on sm_120)",
         "smem_b_clk": "128 B/clk/SM",
         "smem_block": "99 KB opt-in per block, 100 KB per SM (cc 12.0)",
+        "regs_sm": "65,536 32-bit registers and 1,536 threads per SM (cc 12.0)",
         "dram_tbs": "1.792 TB/s GDDR7, 512-bit at 28 Gbps (vendor spec)",
         "l2_mb": "96 MB (vendor spec)",
     },
@@ -806,7 +809,7 @@ def print_restructured(markdown=False, fit=FIT):
 
 def print_chips(markdown=False):
     keys = ("sms", "clock_ghz", "mma_flop_clk", "wgmma_flop_clk", "ldsm_b_clk", "smem_b_clk", "smem_block",
-            "dram_tbs", "l2_mb")
+            "regs_sm", "threads_sm", "dram_tbs", "l2_mb")
     if markdown:
         print("| chip | " + " | ".join(keys) + " |")
         print("|---|" + "---:|" * len(keys))
