@@ -823,6 +823,60 @@ def print_chips(markdown=False):
             f"{k}={v}" for k, v in zip(keys, vals)))
 
 
+def write_figures(out_dir, fit=FIT, formats=("png",)):
+    """Two figures (matplotlib, through experiments/plots/style.py): the model against every H200
+    measurement, and cuda-sm120's tile split into its parts on each chip."""
+    from plots import style
+    points = measured_points()
+    rows = validation_rows(points, fit)
+    fig, axes, legend_ax = style.figure(1, 1, style.ONE_COLUMN_IN, 3.0, legend_rows=2)
+    ax = axes[0][0]
+    designs = [d for d in DESIGNS if any(p.design == d for p, _, _ in rows)]
+    handles = []
+    for name in designs:
+        xs = [p.measured_s * 1e6 for p, _, _ in rows if p.design == name]
+        ys = [pr.seconds * 1e6 for p, pr, _ in rows if p.design == name]
+        handles.append(ax.scatter(xs, ys, s=14, color=style.design_colour(name), marker=style.design_marker(name),
+                                  label=name, linewidths=0.4, edgecolors="white"))
+    lo = min(p.measured_s for p, _, _ in rows) * 1e6 / 1.5
+    hi = max(p.measured_s for p, _, _ in rows) * 1e6 * 1.5
+    ax.plot([lo, hi], [lo, hi], color="#333333", linewidth=0.8)
+    for k in (0.85, 1.15):
+        ax.plot([lo, hi], [lo * k, hi * k], color="#999999", linewidth=0.6, linestyle="--")
+    style.log_axis(ax, "x", [lo, hi])
+    style.log_axis(ax, "y", [lo, hi])
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    style.panel_labels(fig, axes, "measured µs (H200)", "model µs")
+    style.legend_strip(legend_ax, handles, designs, 2)
+    out = style.save(fig, out_dir, "arch-model_validation", formats,
+                     "Model against 138 committed H200 measurements; dashed: ±15%.")
+    chips = [CHIPS[k] for k in ("h200", "rtx-pro-6000", "rtx-5090")]
+    parts = (("tensor pipe", "#0072B2"), ("shared-memory feed beyond it", "#E69F00"),
+             ("exchange + copies", "#009E73"), ("serial (softmax, barriers)", "#D55E00"))
+    fig, axes, legend_ax = style.figure(1, 1, style.ONE_COLUMN_IN, 2.4, legend_rows=2)
+    ax = axes[0][0]
+    d = DESIGNS["cuda-sm120"]
+    bars = []
+    for i, c in enumerate(chips):
+        by = {s.name: stage_parts(s, c) for s in d.stages}
+        mma = by["scores"][0] + by["pv"][0]
+        feed = max(by["scores"]) + max(by["pv"]) - mma
+        other = sum(max(by[k]) for k in ("exchange", "load"))
+        vals = (mma, feed, other, fit[d.serial])
+        bottom = 0.0
+        for (label, colour), v in zip(parts, vals):
+            bars.append(ax.bar(i, v, bottom=bottom, color=colour, width=0.6, label=label))
+            bottom += v
+    ax.set_xticks(range(len(chips)))
+    ax.set_xticklabels([c.name.replace("NVIDIA ", "").replace(" Blackwell", "") for c in chips])
+    ax.set_ylabel("cycles per 32-key tile")
+    style.legend_strip(legend_ax, bars[:len(parts)], [p[0] for p in parts], 2)
+    out += style.save(fig, out_dir, "arch-model_sm120-tile", formats,
+                      "cuda-sm120's KV tile per chip: H200 measured rates; RTX PRO 6000 and RTX 5090 predicted.")
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Self-test: the arithmetic, checked against numbers worked out by hand from the kernels.
 # ---------------------------------------------------------------------------------------------
@@ -867,7 +921,7 @@ def self_test():
     tiles = block_tiles(sm120, 1, 17, 4096, 43)
     check("blocks B=1 T=17 ns=43", len(tiles), 3 * 43)
     check("tiles of the first block", tiles[0], 3)
-    check("tiles in all", sum(tiles), 3 * math.ceil(4113 / 32) + 3 * (43 * 3 - math.ceil(4113 / 32)) * 0)
+    check("tiles in all", sum(tiles), 3 * math.ceil(4113 / 32))  # every key of every m-tile once
     # list scheduling: 3 blocks of 1 s on 2 slots end at 2 s; in launch order
     check("makespan", makespan([1.0, 1.0, 1.0], 2), 2.0)
     check("makespan order", makespan([3.0, 1.0, 1.0, 1.0], 2), 3.0)
@@ -934,6 +988,7 @@ def main(argv=None):
     ap.add_argument("--chips", action="store_true", help="the chip table")
     ap.add_argument("--fit", action="store_true", help="refit the H200 constants and print them")
     ap.add_argument("--markdown", action="store_true", help="tables as markdown (docs/results/arch-model.md)")
+    ap.add_argument("--figures", metavar="DIR", help="write the page's figures (PNG) into DIR (needs matplotlib)")
     ap.add_argument("--self-test", action="store_true", help="check the model's arithmetic; exit 1 on a failure")
     a = ap.parse_args(argv)
     if a.self_test:
@@ -943,6 +998,10 @@ def main(argv=None):
     if a.fit:
         fit = fit_constants(points)
         print("fitted:", json.dumps({k: round(v, 3) for k, v in fit.items()}))
+    if a.figures:
+        for path in write_figures(a.figures, fit):
+            print("wrote", path)
+        return 0
     if not (a.validate or a.predict or a.stages or a.candidates or a.chips):
         a.validate = a.predict = True
     if a.chips:
