@@ -45,7 +45,7 @@ if [ "$mode" = checks ]; then
   sanitizer_deadline
   gtest_cases "$test_bin" | grep -E "${CANOPY_SANITIZER_CASES:-.}" > "$out/cases.txt"
   export test_bin out here
-  export families="sm120Kernel sm120WideKernel flatKernel combineKernel"
+  export families="sm120Kernel sm120WideKernel sm90Kernel flatKernel combineKernel"
   sanitize() {  # tool case [family]: one line, "case | family | summary | exit | seconds"
     source "$here/experiments/gpu/sanitize_case.sh"
     local tool=$1 c=$2 fam=${3:-all} filter=()
