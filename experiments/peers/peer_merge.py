@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Join a `canopy run`'s results.json with the rows of one or more peers (JSON lines, one row per
+shape: design, B, T, P, H, median_us, p10_us, p90_us; written by experiments/peers/flashmla_peer
+or experiments/peers/torch_reference.py) into one Markdown table per shape (B, H, T, P).
+
+The first peer is the reference: every other column gets its ratio to it (time / reference time;
+below 1 is faster). A peer row's own `what` says what it times: FlashMLA's rows time the prefix part
+only (non-causal, every tree node against the whole prefix), while a Canopy design's row is the whole
+verify step (prefix, tree part and their merge), so "cuda-sm90 / flashmla-dense" compares a whole step
+against a prefix part.
+
+  peer_merge.py RESULTS_JSON PEER_JSONL [PEER_JSONL ...] [--designs cuda-sm90,cuda-sm120]
+                [--mask tree] [--nsplit 0] [--workspace persistent]
+
+Only rows of synthetic shapes (no trace) with status ok, graph mode and the L2 flushed count.
+A design with more than one row for a shape (several masks, nsplit values or workspaces in the run)
+is refused (exit 2) until --mask / --nsplit / --workspace pick one. Needs no GPU and no torch.
+"""
+import argparse
+import json
+import math
+import re
+import sys
+
+
+def load_peer(path):
+    rows = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except ValueError as e:
+                raise SystemExit("peer_merge: %s line %d: not JSON (%s)" % (path, n, e))
+            for k in ("design", "B", "T", "P", "median_us"):
+                if k not in r:
+                    raise SystemExit("peer_merge: %s line %d: no field '%s'" % (path, n, k))
+            rows.append(r)
+    if not rows:
+        raise SystemExit("peer_merge: %s holds no rows" % path)
+    return rows
+
+
+def gemm_peak_tflops(env):
+    """The run's measured bf16 GEMM peak from environment.peaks ('bf16 GEMM 798.6 TFLOP/s ...')."""
+    m = re.search(r"bf16 GEMM ([0-9.]+) TFLOP/s", env.get("peaks", "") or "")
+    return float(m.group(1)) if m else 0.0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results")
+    ap.add_argument("peers", nargs="+")
+    ap.add_argument("--designs", default="", help="comma list of Canopy designs (default: every design of the run)")
+    ap.add_argument("--mask", default="", help="only rows of this mask (tree, full, parents)")
+    ap.add_argument("--nsplit", type=int, default=None, help="only rows of this nsplit (0 = auto)")
+    ap.add_argument("--workspace", default="persistent", help="only rows of this workspace ('' = any)")
+    args = ap.parse_args()
+
+    with open(args.results) as f:
+        results = json.load(f)
+    env = results.get("environment", {})
+    peers = [load_peer(p) for p in args.peers]
+
+    by = {}      # (B, H, T, P) -> design -> row
+    order = []   # designs in run order
+    for r in results.get("rows", []):
+        if r.get("trace") or r.get("status") != "ok" or r.get("mode") != "graph" or not r.get("l2_flush"):
+            continue
+        if args.mask and r.get("mask") != args.mask:
+            continue
+        if args.nsplit is not None and r.get("nsplit") != args.nsplit:
+            continue
+        if args.workspace and r.get("workspace") != args.workspace:
+            continue
+        key = (r["batch"], r["heads"], r["tree"], r["prefix"])
+        d = r["design"]
+        if d in by.setdefault(key, {}):
+            o = by[key][d]
+            print("peer_merge: %s has several rows for %s at B=%d H=%d T=%d P=%d (mask %s/%s, nsplit %s/%s, "
+                  "workspace %s/%s): pick one with --mask, --nsplit or --workspace" %
+                  (args.results, d, *key, o.get("mask"), r.get("mask"), o.get("nsplit"), r.get("nsplit"),
+                   o.get("workspace"), r.get("workspace")), file=sys.stderr)
+            return 2
+        by[key][d] = r
+        if d not in order:
+            order.append(d)
+    designs = [d for d in args.designs.split(",") if d] if args.designs else order
+
+    peer_names = []
+    peer_by = []
+    for rows in peers:
+        name = rows[0]["design"]
+        peer_names.append(name)
+        peer_by.append({(r["B"], r.get("H", 8), r["T"], r["P"]): r for r in rows})
+    ref_name, ref = peer_names[0], peer_by[0]
+    peak = gemm_peak_tflops(env)
+
+    nan = float("nan")
+    head = ["B", "H", "T", "P", "%s us [p10, p90]" % ref_name, "TFLOP/s"]
+    if peak > 0:
+        head.append("% of GEMM peak")
+    with_meta = any("with_metadata_median_us" in r for r in ref.values())
+    if with_meta:
+        head.append("with metadata us")
+    for d in designs:
+        head += ["%s us" % d, "%s / %s" % (d, ref_name)]
+    for name in peer_names[1:]:
+        head += ["%s us" % name, "%s / %s" % (name, ref_name)]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for key in sorted(ref):
+        r = ref[key]
+        ru = r["median_us"]
+        cells = ["%d" % key[0], "%d" % key[1], "%d" % key[2], "%d" % key[3],
+                 "%.1f [%.1f, %.1f]" % (ru, r.get("p10_us", nan), r.get("p90_us", nan))]
+        flops = r.get("flops", 2.0 * key[0] * key[1] * key[2] * key[3] * (576 + 512))
+        tf = flops / (ru * 1e-6) / 1e12 if ru > 0 else nan
+        cells.append("%.0f" % tf)
+        if peak > 0:
+            cells.append("%.1f%%" % (100 * tf / peak))
+        if with_meta:
+            cells.append("%.1f" % r.get("with_metadata_median_us", nan))
+        row = by.get(key, {})
+        for d in designs:
+            us = row[d]["median_s"] * 1e6 if d in row else nan
+            cells += ["%.1f" % us, "%.2fx" % (us / ru) if not math.isnan(us) and ru > 0 else "-"]
+        for pb in peer_by[1:]:
+            us = pb[key]["median_us"] if key in pb else nan
+            cells += ["%.1f" % us, "%.2fx" % (us / ru) if not math.isnan(us) and ru > 0 else "-"]
+        print("| " + " | ".join(cells) + " |")
+    print()
+    print("%s; %s" % (env.get("device", "device unknown"), env.get("peaks", "peaks unknown")))
+    for name, rows in zip(peer_names, peers):
+        what = rows[0].get("what", "")
+        dev = rows[0].get("device", "")
+        print("- %s: %s%s" % (name, what or "(no 'what' field)", "; %s" % dev if dev else ""))
+    masks = sorted({r.get("mask", "?") for k in by for r in by[k].values()})
+    print("- Canopy designs: the whole verify step (prefix, tree part, merge), mask %s, graph replay, L2 flushed"
+          % ", ".join(masks or ["-"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
