@@ -5,7 +5,8 @@
 #            (sanitizer.md: one row per case, with seconds) and the racecheck reproducer; SASS summary
 #   measure: `canopy peaks` (ceilings, mma.sync per feed over warps per SM), then `canopy run` of
 #            experiments/configs/{cuda-kernels,cuda-masks,workspace,nsplit}.toml (one folder each
-#            under <out-dir>) and the PyTorch reference, joined into table.md
+#            under <out-dir>) and the PyTorch reference, joined into table.md; FlashMLA's dense
+#            kernel (CANOPY_FLASHMLA, default <bin-dir>/flashmla_peer) where it was built
 #   compare: kernel variants side by side: compare <bin-dir> <lib-dir> <out-dir> base v1 [v2 ...]
 #            runs `<bin-dir>/canopy_<name> run CONFIG` (CANOPY_COMPARE_CONFIG, default
 #            experiments/configs/cuda-compare.toml) for each name, interleaved, in
@@ -113,6 +114,13 @@ elif [ "$mode" = measure ]; then
   done
   PYTHONUNBUFFERED=1 timeout 240 python3 "$here/experiments/peers/torch_reference.py" --out "$out/torch.jsonl" >> "$out/run.log" 2>&1; echo "torch exit $?" >> "$out/run.log"
   python3 "$here/experiments/peers/torch_reference.py" --merge "$out/cuda-kernels/results.json" "$out/torch.jsonl" > "$out/table.md" 2>&1
+  # FlashMLA's dense Hopper kernel on the prefix part (optional: scripts/build-flashmla builds it).
+  flashmla=${CANOPY_FLASHMLA:-$bin/flashmla_peer}
+  if [ -x "$flashmla" ]; then
+    timeout 120 "$flashmla" --out "$out/flashmla.jsonl" >> "$out/run.log" 2>&1; echo "flashmla exit $?" >> "$out/run.log"
+  else
+    echo "flashmla: skipped (no $flashmla; scripts/build-flashmla builds it)" >> "$out/run.log"
+  fi
   grep -E "exit" "$out/run.log"; cat "$out/peaks.md" "$out/table.md"
 elif [ "$mode" = compare ] && [ $# -ge 2 ]; then
   config=${CANOPY_COMPARE_CONFIG:-$configs/cuda-compare.toml}
