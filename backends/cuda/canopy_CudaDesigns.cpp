@@ -37,6 +37,8 @@ CudaKernel const SM120_WIDE{"cuda-sm120-w32", "launchVerifySm120Wide", launchVer
                             prepareVerifyKernels, true, SM120_SPLIT_TILE};
 CudaKernel const SM90{"cuda-sm90", "launchVerifySm90", launchVerifySm90, sm90SharedBytes, prepareSm90Kernel, true,
                       SM90_SPLIT_TILE, 90, "wgmma"};
+CudaKernel const SM90_SYNC{"cuda-sm90-sync", "launchVerifySm90Sync", launchVerifySm90Sync, sm90SharedBytes,
+                           prepareSm90Kernel, true, SM90_SPLIT_TILE, 90, "wgmma"};
 CudaKernel const FLAT{"cuda-flat", "launchVerifyFlat", launchVerifyFlat, flatSharedBytes, prepareVerifyKernels, false,
                       SM120_SPLIT_TILE};
 
@@ -242,6 +244,10 @@ DesignPtr makeSm90Design(bool partial_bf16)
 {
   return std::make_unique<CudaVerifyDesign>(SM90, partial_bf16);
 }
+DesignPtr makeSm90SyncDesign(bool partial_bf16)
+{
+  return std::make_unique<CudaVerifyDesign>(SM90_SYNC, partial_bf16);
+}
 DesignPtr makeFlatDesign() { return std::make_unique<CudaVerifyDesign>(FLAT, false); }
 } // namespace cuda
 
@@ -263,8 +269,14 @@ void registerCudaDesigns()
   registerDesign("cuda-sm90",
                  "hand-written CUDA split-K verify for Hopper (sm_90a): heads x nodes folded into 64-row wgmma tiles "
                  "with Q, K/V and P in swizzled shared memory, two warpgroups splitting the keys of the scores and "
-                 "the columns of the output, cp.async 2-stage; unsupported on other GPUs",
+                 "the columns of the output, a producer warpgroup issuing the cp.async 2-stage copies (mbarrier "
+                 "hand-off); unsupported on other GPUs",
                  [] { return cuda::makeSm90Design(false); });
+  registerDesign("cuda-sm90-sync",
+                 "cuda-sm90 without the producer warpgroup: the two compute warpgroups issue the copies between "
+                 "their score wgmma, one CTA barrier per tile (experimental: 1.12-1.31x slower on the H200, "
+                 "docs/results/cuda-sm90.md; kept for the ablation)",
+                 [] { return cuda::makeSm90SyncDesign(false); }, /*experimental=*/true);
   registerDesign("cuda-flat",
                  "CUDA baseline with SGLang's Triton extend-kernel structure: block per (request, head, "
                  "32-node tile), whole prefix serially, K and V loaded separately",

@@ -1,7 +1,7 @@
 /// \file canopy_Sm90Ptx.cuh
 /// \brief Thin wrappers over the Hopper (sm_90a) instructions cuda-sm90 uses: wgmma with both
 /// operands in shared memory, its fences and commit groups, shared-memory matrix descriptors for
-/// the 128-byte swizzle, and the async-proxy fence. Included by canopy_VerifyAttentionSm90.cu only,
+/// the 128-byte swizzle, the async-proxy fence and the mbarriers of the producer hand-off. Included by canopy_VerifyAttentionSm90.cu only,
 /// which is compiled for sm_90a alone (wgmma exists on no other target).
 #pragma once
 
@@ -59,6 +59,48 @@ __device__ __forceinline__ void fenceOperands(float (&r)[N])
 /// Makes this thread's generic-proxy shared-memory writes (stores, cp.async results) visible to the
 /// async proxy that wgmma reads through; the barrier after it publishes them to the warpgroups.
 __device__ __forceinline__ void fenceProxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// ---------------------------------------------------------------------------------------------
+// mbarriers (shared::cta): the hand-off between a producer warp and the consumer warpgroups.
+// An mbarrier completes a phase when `count` arrivals have happened; waiters name the phase by its
+// parity (0, 1, 0, ...), so a barrier guarding stage s of a 2-stage ring at tile j waits for
+// parity (j / 2) % 2.
+// ---------------------------------------------------------------------------------------------
+/// Initialises the mbarrier at shared address \p bar for \p count arrivals per phase; one thread,
+/// before a CTA barrier that publishes it.
+__device__ __forceinline__ void mbarrierInit(uint32_t bar, int count)
+{
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+/// One arrival (release: this thread's earlier shared-memory writes are visible to the waiters).
+__device__ __forceinline__ void mbarrierArrive(uint32_t bar)
+{
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/// Waits until the phase of parity \p parity has completed (acquire).
+__device__ __forceinline__ void mbarrierWait(uint32_t bar, uint32_t parity)
+{
+  uint32_t done = 0;
+  do
+  {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
+
+/// Sets this warpgroup's registers per thread to \p N (a multiple of 8 in 24..256), growing
+/// (\p INC) or shrinking its share of the register file; every warp of the warpgroup executes it.
+template <int N, bool INC>
+__device__ __forceinline__ void setMaxRegisters()
+{
+  static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg range");
+  if constexpr (INC)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+  else
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
 
 // ---------------------------------------------------------------------------------------------
 // wgmma m64nNk16, bf16 operands from shared memory, fp32 accumulators in registers. Accumulator i

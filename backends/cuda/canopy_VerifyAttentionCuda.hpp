@@ -96,11 +96,15 @@ cudaError_t launchVerifySm120(VerifyParams const &p, cudaStream_t stream);
 cudaError_t launchVerifySm120Wide(VerifyParams const &p, cudaStream_t stream);
 
 /// \brief cuda-sm90: the same split-K design for Hopper (sm_90a cubin only): Q, K/V and P in
-/// 128-byte-swizzled shared memory feeding wgmma, two warpgroups per 64-row tile (each scores half of
-/// a 64-key tile and accumulates half of the output columns), 2-stage cp.async, up to 227 KB of
-/// shared memory; the same params, workspace and combine as cuda-sm120. Enqueue only; callers check
-/// the device is sm_90 first (the kernel traps elsewhere).
+/// 128-byte-swizzled shared memory feeding wgmma, two compute warpgroups per 64-row tile (each scores
+/// half of a 64-key tile and accumulates half of the output columns) and a producer warpgroup that
+/// issues the 2-stage cp.async copies, handed over by mbarriers; up to 227 KB of shared memory; the
+/// same params, workspace and combine as cuda-sm120. Enqueue only; callers check the device is
+/// sm_90 first (the kernel traps elsewhere).
 cudaError_t launchVerifySm90(VerifyParams const &p, cudaStream_t stream);
+/// \brief cuda-sm90-sync: the cuda-sm90 tile without the producer: the two warpgroups issue the
+/// copies themselves, one CTA barrier per tile (same shared memory, params, workspace and combine).
+cudaError_t launchVerifySm90Sync(VerifyParams const &p, cudaStream_t stream);
 /// \brief Dynamic shared memory per block of the cuda-sm90 kernel (above the sm_120 limit).
 size_t sm90SharedBytes();
 /// \brief Raises the cuda-sm90 kernel's shared-memory limit; idempotent, outside capture, sm_90 only.

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace canopy::cuda::Impl
 {
@@ -82,7 +83,38 @@ enum BarrierId : int
 {
   kCtaBarrier = 0,
   kRowGroupBarrier = 1,
+  kComputeBarrier = 15,  ///< the Cfg::THREADS compute threads of a CTA that also runs producer warps
 };
+
+/// Threads a tile kernel's CTA runs beside its Cfg::THREADS compute threads: warps that only
+/// issue copies (Cfg::PRODUCER_THREADS, numbered after the compute threads). They pass the
+/// prologue's CTA barrier and none of the compute stages' barriers.
+template <class Cfg, class = void>
+struct ProducerThreads
+{
+  static constexpr int value = 0;
+};
+template <class Cfg>
+struct ProducerThreads<Cfg, std::void_t<decltype(Cfg::PRODUCER_THREADS)>>
+{
+  static constexpr int value = Cfg::PRODUCER_THREADS;
+};
+/// Block size of a tile kernel: its compute threads and its producer warps.
+template <class Cfg>
+constexpr int ctaThreads()
+{
+  return Cfg::THREADS + ProducerThreads<Cfg>::value;
+}
+/// The barrier of the compute threads: the whole CTA, or kComputeBarrier when producer warps run
+/// beside them (and never arrive there).
+template <class Cfg>
+__device__ __forceinline__ void computeBarrier()
+{
+  if constexpr (ProducerThreads<Cfg>::value == 0)
+    __syncthreads();
+  else
+    namedBarrier(kComputeBarrier, Cfg::THREADS);
+}
 
 /// Row group \p rg's exchange barrier; \p threads counts its warps' threads.
 __device__ __forceinline__ void rowGroupBarrier(int rg, int threads) { namedBarrier(kRowGroupBarrier + rg, threads); }
@@ -377,12 +409,15 @@ __device__ __forceinline__ bool beginTile(VerifyParams const &p, int b, int mt, 
     return false;
   }
 
-  forChunks<M_TILE, Cfg::QK_CHUNKS, THREADS>(tid, [&](int r, int ch) {
-    int const rr = tile_row0 + r;
-    bool const ok = rr < rows_in_req;
-    uint16_t const *src = ok ? p.batch.q + globalRow(rr) * p.q_row_stride + ch * 8 : p.batch.q;
-    cpAsync16(q_stage + Cfg::qStageOffset(r, ch), src, ok);
-  });
+  // Producer warps (numbered after the compute threads) stage nothing here.
+  bool const computes = ProducerThreads<Cfg>::value == 0 || tid < THREADS;
+  if (computes)
+    forChunks<M_TILE, Cfg::QK_CHUNKS, THREADS>(tid, [&](int r, int ch) {
+      int const rr = tile_row0 + r;
+      bool const ok = rr < rows_in_req;
+      uint16_t const *src = ok ? p.batch.q + globalRow(rr) * p.q_row_stride + ch * 8 : p.batch.q;
+      cpAsync16(q_stage + Cfg::qStageOffset(r, ch), src, ok);
+    });
   cpAsyncCommit();
 
   int const node_lo = Cfg::FOLD_HEADS ? tile_row0 / H : tile_row0;
@@ -415,7 +450,7 @@ __device__ __forceinline__ bool beginTile(VerifyParams const &p, int b, int mt, 
     info->vis_stride = win.stride;
   }
   // Built while the Q copy is in flight.
-  if (build_vis)
+  if (build_vis && computes)
     buildVisibility<Cfg, 8>(p, sm.vis, qo0, mask0, P, T, node_lo, nodes, win);
   cpAsyncWait<0>();
   __syncthreads();
@@ -437,7 +472,7 @@ __device__ __forceinline__ bool windowMoves(TileInfo const volatile *info)
   return info->vis_end < info->s1 - info->P;
 }
 
-/// Called by every thread at the top of KV tile \p j, after a __syncthreads that ended all reads
+/// Called by every compute thread at the top of KV tile \p j, after a barrier that ended all reads
 /// of the window in place: when the tile's tree keys run past the window, builds the next one from
 /// the tile's first key (a tree key: the first window covers every tile that starts in the prefix).
 /// CTA-uniform; two more barriers when it rebuilds (words written, then the new bounds published),
@@ -454,14 +489,14 @@ __device__ __forceinline__ void advanceVisibility(VerifyParams const &p, TileSme
   int const nodes = info->nodes;
   VisWindow const win = visWindowFor<Cfg>(col0 - P, nodes, s1 - P);
   buildVisibility<Cfg, 1>(p, sm.vis, info->qo0, info->mask0, P, info->T, info->node_lo, nodes, win);
-  __syncthreads();  // every thread has tested the old bounds and written its words
+  computeBarrier<Cfg>();  // every thread has tested the old bounds and written its words
   if (threadIdx.x == 0)
   {
     sm.info->vis_lo = win.lo;
     sm.info->vis_end = win.end;
     sm.info->vis_stride = win.stride;
   }
-  __syncthreads();
+  computeBarrier<Cfg>();
 }
 
 /// Bit c set: key (split position) col + c, c < W <= 32, is visible to the row whose window

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "canopy_VerifyAttentionCuda.hpp"
+#include "canopy_VerifyAttentionKernel.cuh"
 
 #include <cuda_runtime.h>
 
@@ -34,9 +35,9 @@ cudaError_t launchSplit(VerifyParams const &p, cudaStream_t stream, KernelF32 f3
     return cudaErrorInvalidConfiguration;
   dim3 const grid(static_cast<unsigned>(gx), static_cast<unsigned>(p.max_batch));
   if (p.partial_bf16)
-    bf16<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p, static_cast<int>(m_tiles));
+    bf16<<<grid, ctaThreads<Cfg>(), Cfg::SMEM_BYTES, stream>>>(p, static_cast<int>(m_tiles));
   else
-    f32<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p, static_cast<int>(m_tiles));
+    f32<<<grid, ctaThreads<Cfg>(), Cfg::SMEM_BYTES, stream>>>(p, static_cast<int>(m_tiles));
   cudaError_t const e = cudaGetLastError();
   if (e != cudaSuccess || p.nsplit == 1)
     return e;

@@ -1,18 +1,21 @@
 /// \file canopy_VerifyAttentionSm90.cu
 /// \brief cuda-sm90: the split-K verify tile for Hopper. Q, K/V and P live in 128-byte-swizzled
-/// shared memory and feed wgmma directly (no ldmatrix, no Q fragments in registers); two
+/// shared memory and feed wgmma directly (no ldmatrix, no Q fragments in registers); two compute
 /// warpgroups share one 64-row tile: each computes the scores of half the keys of a 64-key tile,
 /// they exchange row maxima, each writes its half of P, and each accumulates 256 of the 512 output
-/// columns over all 64 keys. Compiled for sm_90a only; the split bookkeeping, visibility windows,
-/// slot-index ring, partial stores and the combine are the ones cuda-sm120 uses.
+/// columns over all 64 keys. A third, producer warpgroup issues every K/V copy and hands the two
+/// stages over through mbarriers (cuda-sm90-sync, kept for the ablation, has the compute warps
+/// issue them between their score wgmma, with a CTA barrier per tile). Compiled for sm_90a only;
+/// the split bookkeeping, visibility windows, partial stores and the combine are cuda-sm120's.
 ///
 /// Model per 64-row x 64-key tile (docs/results/cuda-sm90.md): 8.9 MFLOP (Q.K^T 4.7, P.V 4.2);
 /// shared-memory reads by wgmma 216 KB for the scores (each warpgroup re-reads the 72 KB Q tile
 /// against its 32 keys: m64n32 is operand-bound at 3 KB per 16 cycles) + 80 KB for P.V, plus 72 KB
 /// of cp.async writes: ~2,900 cycles at 128 B/clk, against 2,180 at the dense wgmma rate, so the
 /// tile is shared-memory bound near 75% of the GEMM peak if copies and softmax overlap perfectly.
-/// Measured on the H200: ~6,700 cycles per tile (~40% of the GEMM peak); an ablation puts ~1,800 in
-/// the copies and ~2,300 in the score wgmma, serialised with each other and the softmax.
+/// Measured on the H200 (B=8 T=256 P=16K): ~5,100 cycles per tile (55% of the GEMM roofline);
+/// without the producer ~6,700, of which an ablation put ~1,800 in the copies' issue. What is left
+/// is the score wgmma (~2,300) and the softmax and exchanges serialised with it (~1,800).
 #include "canopy_Sm90Ptx.cuh"
 #include "canopy_VerifyAttentionKernel.cuh"
 #include "canopy_VerifyAttentionLaunch.cuh"
@@ -51,6 +54,7 @@ struct Sm90Config
   static constexpr int MAX_TILE_NODES = M_TILE;
   static constexpr int RING_BYTES = 2 * N_TILE * 8;
   static constexpr int INFO_BYTES = 128;
+  static constexpr int BAR_BYTES = 2 * KV_STAGES * 8;  ///< mbarriers full[stage], empty[stage] (producer warp only)
   /// The shared-memory plan, in this order. The wgmma operands start on 1024-byte swizzle atoms.
   struct Smem
   {
@@ -61,8 +65,9 @@ struct Sm90Config
     static constexpr SmemRegion vis = xrow.next(VIS_BYTES);           ///< visibility window words
     static constexpr SmemRegion ring = vis.next(RING_BYTES);          ///< slot indices of the next two tiles
     static constexpr SmemRegion info = ring.next(INFO_BYTES);         ///< TileInfo
+    static constexpr SmemRegion bars = info.next(BAR_BYTES);          ///< the producer hand-off's mbarriers
   };
-  static constexpr int SMEM_BYTES = Smem::info.end();
+  static constexpr int SMEM_BYTES = Smem::bars.end();
   /// Byte offset of row \p r, 16-byte chunk \p ch (0..71) in a swizzled 64 x 576 tile.
   __host__ __device__ static constexpr int qStageOffset(int r, int ch)
   {
@@ -76,12 +81,92 @@ struct Sm90Config
   static_assert(M_TILE == SM90_M_TILE && N_TILE == SM90_N_TILE, "suggestNsplit counts in this tile");
 };
 
-/// Named barriers of the tile loop (0 is __syncthreads); each counts the whole CTA.
+/// cuda-sm90's schedule: the same tile with a producer warpgroup beside the two compute ones. The
+/// producer issues every K/V copy (and loads the slot indices), so the compute loop is wgmma,
+/// softmax and exchanges only; the stages are handed over by mbarriers instead of a CTA barrier per
+/// tile: full[s] (each producer thread arrives once its copies into stage s have landed and are
+/// fenced for wgmma) and empty[s] (each of the 8 compute warps arrives after its P.V of stage s).
+/// Registers: 384 threads launch with 168 each (64K / 384); the producer gives all but
+/// PRODUCER_REGS back (setmaxnreg) and the compute warpgroups take COMPUTE_REGS, above the 196
+/// cuda-sm90 needs: 128 x 72 + 256 x 216 = 64,512 of 65,536 (a producer at 40 or 56 spilled its
+/// unrolled row addresses).
+struct Sm90WsConfig : Sm90Config
+{
+  static constexpr int PRODUCER_THREADS = 128;
+  static constexpr int PRODUCER_REGS = 72;
+  static constexpr int COMPUTE_REGS = 216;
+  static constexpr int FULL_ARRIVALS = PRODUCER_THREADS;
+  static constexpr int EMPTY_ARRIVALS = THREADS / 32;
+  static constexpr int ROWS_PER_WARP = N_TILE / (PRODUCER_THREADS / 32);  ///< 16 rows of a stage per producer warp
+  static_assert(PRODUCER_REGS * PRODUCER_THREADS + COMPUTE_REGS * THREADS <= 65536, "register file");
+};
+
+/// Named barriers of the tile loop (0 is __syncthreads); each counts the compute threads.
 enum Sm90Barrier : int
 {
   kRowMaxReady = 1,  ///< both warpgroups' row maxima of the tile are in xrow
   kProbsReady = 2,   ///< both halves of P are in shared memory (and fenced for wgmma)
 };
+
+/// Shared addresses of the hand-off's mbarriers: full[s] at 2 s, empty[s] at 2 s + 1.
+struct StageBarriers
+{
+  uint32_t base;
+  __device__ __forceinline__ uint32_t full(int s) const { return base + s * 16; }
+  __device__ __forceinline__ uint32_t empty(int s) const { return base + s * 16 + 8; }
+};
+
+/// The producer warpgroup of cuda-sm90: for each KV tile j, waits until stage j % 2 is empty
+/// (the compute warps finished tile j - 2), copies the tile's 64 rows into it (warp w: rows 16 w ..
+/// 16 w + 15; lane l: chunks l and l + 32 of each row, and rope chunk 64 + l for l < 8; a row's
+/// slot index comes by shuffle from the lane that loaded it), waits for its copies, fences them
+/// for wgmma and arrives on full[j % 2]. The next tile's slot indices load while the copies land.
+__device__ __forceinline__ void produceTiles(VerifyParams const &p, TileInfo const volatile *info, uint32_t kv_base,
+                                             StageBarriers const bars, int ntiles)
+{
+  using Cfg = Sm90WsConfig;
+  constexpr int N_TILE = Cfg::N_TILE;
+  constexpr int ROWS = Cfg::ROWS_PER_WARP;
+  int const lane = threadIdx.x & 31;
+  int const row0 = ((threadIdx.x - Cfg::THREADS) >> 5) * ROWS;
+  int const P = info->P, s0 = info->s0, s1 = info->s1, kv0 = info->kv0;
+  int64_t const qo0 = info->qo0;
+  // Slot of split position pos: prefix (kv_indices) then tree (out_cache_loc); < 2^32 (host check).
+  auto slotAt = [&](int pos) -> uint32_t {
+    if (pos >= s1)
+      return 0u;
+    return static_cast<uint32_t>(pos < P ? p.batch.kv_indices[kv0 + pos] : p.batch.out_cache_loc[qo0 + (pos - P)]);
+  };
+  uint32_t slot_l = slotAt(s0 + row0 + (lane & (ROWS - 1)));  // row row0 + lane of tile 0 (lanes >= ROWS repeat)
+  char const *const pool = reinterpret_cast<char const *>(p.batch.kv_pool);
+  uint32_t const row_bytes = static_cast<uint32_t>(2 * p.kv_row_stride);
+  for (int j = 0; j < ntiles; ++j)
+  {
+    int const s = j & 1;
+    if (j >= 2)
+      sm90::mbarrierWait(bars.empty(s), ((j >> 1) - 1) & 1);
+    uint32_t const stage = kv_base + s * Cfg::ROWS_BYTES;
+    int const rows = s1 - s0 - j * N_TILE - row0;
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i)
+    {
+      int const r = row0 + i;
+      uint32_t const slot = __shfl_sync(0xffffffffu, slot_l, i);
+      bool const ok = i < rows;
+      char const *const src = pool + static_cast<uint64_t>(slot) * row_bytes;
+      cpAsync16(stage + Cfg::qStageOffset(r, lane), src + lane * 16, ok);
+      cpAsync16(stage + Cfg::qStageOffset(r, lane + 32), src + (lane + 32) * 16, ok);
+      if (lane < Cfg::QK_CHUNKS - 64)
+        cpAsync16(stage + Cfg::qStageOffset(r, lane + 64), src + (lane + 64) * 16, ok);
+    }
+    cpAsyncCommit();
+    uint32_t const next = slotAt(s0 + (j + 1) * N_TILE + row0 + (lane & (ROWS - 1)));
+    cpAsyncWait<0>();
+    sm90::fenceProxyAsync();
+    sm90::mbarrierArrive(bars.full(s));
+    slot_l = next;
+  }
+}
 
 /// The copies of KV tile \p j into \p stage: 64 rows x 72 chunks over the CTA, in the swizzled
 /// layout; rows past the split are zero-filled (their scores are masked, their P is 0).
@@ -90,11 +175,14 @@ __device__ __forceinline__ void issueSwizzledRows(KvLoader<Sm90Config> const &ld
   ld.issueRowsAt<Sm90Config::QK_CHUNKS>(j, [stage](int r, int ch) { return stage + Sm90Config::qStageOffset(r, ch); });
 }
 
-template <class PartialT>
+/// The tile of cuda-sm90 (Cfg = Sm90WsConfig: a producer warpgroup issues the copies, mbarriers)
+/// and of cuda-sm90-sync (Cfg = Sm90Config: the 256 compute threads issue them, one CTA barrier
+/// per tile).
+template <class Cfg, class PartialT>
 __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int mt, int split)
 {
-  using Cfg = Sm90Config;
-  using Smem = Cfg::Smem;
+  constexpr bool WS = ProducerThreads<Cfg>::value > 0;
+  using Smem = typename Cfg::Smem;
   constexpr int N_TILE = Cfg::N_TILE;
   extern __shared__ __align__(1024) unsigned char sm90_smem[];
   unsigned char *const smem = sm90_smem;
@@ -106,11 +194,34 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
   uint32_t const kv_base = smemAddr(smemAt<unsigned char>(smem, Smem::kv));
   uint32_t const p_base = smemAddr(smemAt<unsigned char>(smem, Smem::p));
 
+  StageBarriers const bars{smemAddr(smemAt<unsigned char>(smem, Smem::bars))};
+
   if (q_base % sm90::SWIZZLE_ATOM_BYTES != 0)
     __trap();  // the descriptors assume 1024-byte atoms; the dynamic shared window starts aligned
+  if (WS && threadIdx.x == 0)
+    for (int s = 0; s < Cfg::KV_STAGES; ++s)
+    {
+      sm90::mbarrierInit(bars.full(s), Sm90WsConfig::FULL_ARRIVALS);
+      sm90::mbarrierInit(bars.empty(s), Sm90WsConfig::EMPTY_ARRIVALS);
+    }
   TileSetup st;
   if (!beginTile<Cfg>(p, b, mt, split, 0, q_base, sm, st))
-    return;
+    return;  // CTA-uniform, before any barrier but beginTile's own (which publishes the mbarriers)
+  if constexpr (WS)
+  {
+    // The warpgroup index through a shuffle, so that the compiler sees a warp-uniform branch
+    // (setmaxnreg needs one to let the compute side allocate past the launch's 168 registers).
+    int const warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
+    if (warpgroup >= Cfg::WARPGROUPS)
+    {
+      sm90::setMaxRegisters<Sm90WsConfig::PRODUCER_REGS, false>();
+      produceTiles(p, info, kv_base, bars, st.ntiles);
+      return;
+    }
+    sm90::setMaxRegisters<Sm90WsConfig::COMPUTE_REGS, true>();
+    sm90::fenceProxyAsync();  // this thread's Q copies (landed in beginTile) for the wgmma
+    computeBarrier<Cfg>();
+  }
 
   int const tid = threadIdx.x;
   int const wg = tid >> 7;                   // warpgroup: score keys [32 wg, +32), output columns [256 wg, +256)
@@ -143,21 +254,34 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
 
   KvLoader<Cfg> const ld{p, sm};
   int const ntiles = st.ntiles;
-  ld.loadFirstIndices();
-  __syncthreads();
-  issueSwizzledRows(ld, 0, kv_base);
-  if (ntiles > 1)
-    ld.issueIndices(1);
-  cpAsyncCommit();
+  if constexpr (!WS)
+  {
+    ld.loadFirstIndices();
+    __syncthreads();
+    issueSwizzledRows(ld, 0, kv_base);
+    if (ntiles > 1)
+      ld.issueIndices(1);
+    cpAsyncCommit();
+  }
   bool const moves = windowMoves(info);
 
   for (int j = 0; j < ntiles; ++j)
   {
     // Stage: load. Tile j has landed (this thread's copies, made visible to wgmma, then everyone's);
     // the other stage is free: every warpgroup waited for its tile j - 1 P.V before this barrier.
-    cpAsyncWait<0>();
-    sm90::fenceProxyAsync();
-    __syncthreads();
+    // With the producer warp: its full[j % 2] arrival says the same, and no CTA barrier is needed.
+    if constexpr (WS)
+    {
+      sm90::mbarrierWait(bars.full(j & 1), (j >> 1) & 1);
+      if (moves)
+        computeBarrier<Cfg>();  // every warp is past its reads of the window in place
+    }
+    else
+    {
+      cpAsyncWait<0>();
+      sm90::fenceProxyAsync();
+      __syncthreads();
+    }
     if (moves)
       advanceVisibility<Cfg>(p, sm, j);
     uint32_t const stage = (j & 1) * Cfg::ROWS_BYTES;
@@ -173,13 +297,16 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
       sm90::wgmmaM64N32<0>(s, sm90::advance(q_desc, koff), sm90::advance(k_desc0, stage + koff), ks > 0);
     }
     sm90::wgmmaCommit();
-    if (j + 1 < ntiles)
+    if constexpr (!WS)
     {
-      issueSwizzledRows(ld, j + 1, kv_base + ((j + 1) & 1) * Cfg::ROWS_BYTES);
-      if (j + 2 < ntiles)
-        ld.issueIndices(j + 2);
+      if (j + 1 < ntiles)
+      {
+        issueSwizzledRows(ld, j + 1, kv_base + ((j + 1) & 1) * Cfg::ROWS_BYTES);
+        if (j + 2 < ntiles)
+          ld.issueIndices(j + 2);
+      }
+      cpAsyncCommit();
     }
-    cpAsyncCommit();
     sm90::wgmmaWait<0>();
     sm90::fenceOperands(s);
 
@@ -261,6 +388,12 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
     sm90::wgmmaCommit();
     sm90::wgmmaWait<0>();
     sm90::fenceOperands(o);
+    if constexpr (WS)
+    {
+      __syncwarp();
+      if (lane == 0)
+        sm90::mbarrierArrive(bars.empty(j & 1));  // this warp's reads of the stage are done
+    }
   }
 
   // Stage: store. Row sums over both warpgroups' keys, added in the same order by both.
@@ -272,7 +405,7 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
     if (t4 == 0)
       xrow[wg * Cfg::M_TILE + wrow + g + 8 * h] = row[h].l;
   }
-  __syncthreads();
+  computeBarrier<Cfg>();
 #pragma unroll
   for (int h = 0; h < 2; ++h)
   {
@@ -289,12 +422,22 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
 }
 
 template <class PartialT>
-__global__ void __launch_bounds__(Sm90Config::THREADS, 1) sm90Kernel(VerifyParams const p, int m_tiles)
+__global__ void __launch_bounds__(ctaThreads<Sm90WsConfig>(), 1) sm90Kernel(VerifyParams const p, int m_tiles)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  verifyTileSm90<PartialT>(p, blockIdx.y, blockIdx.x % m_tiles, blockIdx.x / m_tiles);
+  verifyTileSm90<Sm90WsConfig, PartialT>(p, blockIdx.y, blockIdx.x % m_tiles, blockIdx.x / m_tiles);
 #else
   __trap();  // this file is built for sm_90a only; plan() refuses other GPUs before any launch
+#endif
+}
+
+template <class PartialT>
+__global__ void __launch_bounds__(Sm90Config::THREADS, 1) sm90SyncKernel(VerifyParams const p, int m_tiles)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  verifyTileSm90<Sm90Config, PartialT>(p, blockIdx.y, blockIdx.x % m_tiles, blockIdx.x / m_tiles);
+#else
+  __trap();
 #endif
 }
 } // namespace Impl
@@ -307,17 +450,24 @@ cudaError_t prepareSm90Kernel()
   static cudaError_t status = cudaSuccess;
   std::call_once(once, [] {
     int const bytes = Impl::Sm90Config::SMEM_BYTES;
-    status = cudaFuncSetAttribute(reinterpret_cast<void const *>(Impl::sm90Kernel<float>),
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (status == cudaSuccess)
-      status = cudaFuncSetAttribute(reinterpret_cast<void const *>(Impl::sm90Kernel<__nv_bfloat16>),
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    for (void const *k : {reinterpret_cast<void const *>(Impl::sm90Kernel<float>),
+                          reinterpret_cast<void const *>(Impl::sm90Kernel<__nv_bfloat16>),
+                          reinterpret_cast<void const *>(Impl::sm90SyncKernel<float>),
+                          reinterpret_cast<void const *>(Impl::sm90SyncKernel<__nv_bfloat16>)})
+      if (status == cudaSuccess)
+        status = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   });
   return status;
 }
 
 cudaError_t launchVerifySm90(VerifyParams const &p, cudaStream_t stream)
 {
-  return Impl::launchSplit<Impl::Sm90Config>(p, stream, Impl::sm90Kernel<float>, Impl::sm90Kernel<__nv_bfloat16>);
+  return Impl::launchSplit<Impl::Sm90WsConfig>(p, stream, Impl::sm90Kernel<float>, Impl::sm90Kernel<__nv_bfloat16>);
+}
+
+cudaError_t launchVerifySm90Sync(VerifyParams const &p, cudaStream_t stream)
+{
+  return Impl::launchSplit<Impl::Sm90Config>(p, stream, Impl::sm90SyncKernel<float>,
+                                             Impl::sm90SyncKernel<__nv_bfloat16>);
 }
 } // namespace canopy::cuda

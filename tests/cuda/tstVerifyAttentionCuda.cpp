@@ -118,6 +118,8 @@ std::vector<Variant> cudaVariants(int nsplit)
     variants.push_back({"cuda-sm90 f32", [] { return cuda::makeSm90Design(false); }, nsplit});
     variants.push_back({"cuda-sm90 bf16", [] { return cuda::makeSm90Design(true); }, nsplit});
     variants.push_back({"cuda-sm90 direct", [] { return cuda::makeSm90Design(false); }, 1});
+    variants.push_back({"cuda-sm90-sync f32", [] { return cuda::makeSm90SyncDesign(false); }, nsplit});
+    variants.push_back({"cuda-sm90-sync direct", [] { return cuda::makeSm90SyncDesign(false); }, 1});
   }
   for (std::string const &n : kokkosDesignsOnCuda())
     variants.push_back({n, [n] { return makeDesign(n); }, nsplit});
@@ -354,6 +356,7 @@ TEST(CudaDesigns, repeatedRunsAreBitIdentical)
   {
     variants.push_back({"cuda-sm90 split", cuda::makeSm90Design(false), 7});
     variants.push_back({"cuda-sm90 direct", cuda::makeSm90Design(false), 1});
+    variants.push_back({"cuda-sm90-sync split", cuda::makeSm90SyncDesign(true), 7});
   }
   for (auto &v : variants)
   {
@@ -681,6 +684,9 @@ INSTANTIATE_TEST_SUITE_P(
                       GraphCase{"big_sm90_bf16_grow_parents",
                                 [] { return sm90Here() ? cuda::makeSm90Design(true) : nullptr; },
                                 WorkspaceStrategy::kGrow, MaskLayout::kParents, true},
+                      GraphCase{"sm90sync_persistent_tree",
+                                [] { return sm90Here() ? cuda::makeSm90SyncDesign() : nullptr; },
+                                WorkspaceStrategy::kPersistent, MaskLayout::kTree},
                       GraphCase{"sm120_percall_tree", [] { return cuda::makeSm120Design(); },
                                 WorkspaceStrategy::kPerCall, MaskLayout::kTree},
                       GraphCase{"sm120_grow_parents", [] { return cuda::makeSm120Design(); },
