@@ -44,7 +44,8 @@ enum class KokkosMode
 {
   kAuto,
   kPortable,
-  kPortableStreamed
+  kPortableStreamed,  ///< devices: the streamed tiles (Impl::StreamedTiles)
+  kPortableSgemm3     ///< devices: the sgemm tiles at 3 teams per SM (Impl::SgemmTilesThreePerSm)
 };
 
 /// The execution-space instance a run enqueues on. On Kokkos::Cuda it is made once per stream of
@@ -80,15 +81,25 @@ class KokkosDesign final : public Design
 {
 public:
   /// kPortable: the TeamPolicy kernel even where a specialisation serves (Algo::Portable);
-  /// kPortableStreamed: that kernel in the streamed tiles.
+  /// kPortableStreamed, kPortableSgemm3: that kernel in other device tiles than the space's own.
   explicit KokkosDesign(KokkosMode mode = KokkosMode::kAuto)
-      : _algo(mode == KokkosMode::kAuto ? Algo::Auto : Algo::Portable), _streamed(mode == KokkosMode::kPortableStreamed)
+      : _algo(mode == KokkosMode::kAuto ? Algo::Auto : Algo::Portable), _mode(mode)
   {
   }
 
   std::string name() const override
   {
-    return std::string(Flavor::name()) + (_streamed ? "-portable-streamed" : _algo == Algo::Portable ? "-portable" : "");
+    switch (_mode)
+    {
+    case KokkosMode::kPortableStreamed:
+      return std::string(Flavor::name()) + "-portable-streamed";
+    case KokkosMode::kPortableSgemm3:
+      return std::string(Flavor::name()) + "-portable-sgemm3";
+    case KokkosMode::kPortable:
+      return std::string(Flavor::name()) + "-portable";
+    default:
+      return Flavor::name();
+    }
   }
   /// On a CUDA Kokkos: device memory served by the CUDA storage, so that the replay engine runs
   /// these designs on its streams and graphs like the CUDA designs.
@@ -101,8 +112,10 @@ public:
     if (options.strict && !verifyFlavorCompiled<ExecSpace, Flavor>())
       throw InputError(name() + ": not compiled for " + std::string(ExecSpace::name()) +
                        " in this build (strict mode forbids the fallback to " + TeamTiles::name() + ")");
-    if (_streamed)
-      _plan = planStreamed(bounds, options.nsplit, options.strict);
+    if (_mode == KokkosMode::kPortableStreamed)
+      _plan = planDeviceTiles<Impl::StreamedTiles>(bounds, options.nsplit, options.strict);
+    else if (_mode == KokkosMode::kPortableSgemm3)
+      _plan = planDeviceTiles<Impl::SgemmTilesThreePerSm>(bounds, options.nsplit, options.strict);
     else
       _plan = planVerifyFor<ExecSpace, Flavor>(bounds, nsplitFor(bounds, options.nsplit), options.strict, _algo);
     _bounds = bounds;
@@ -138,8 +151,8 @@ public:
   int splits() const override { return _planned ? _plan.nsplit : 0; }
   std::string kernelPaths() const override
   {
-    if (_streamed)
-      return std::string(Flavor::name()) + " (" + ExecSpace::name() + " TeamPolicy, streamed tiles)";
+    if (_mode == KokkosMode::kPortableStreamed || _mode == KokkosMode::kPortableSgemm3)
+      return std::string(Flavor::name()) + " (" + ExecSpace::name() + " TeamPolicy, " + tilesName() + ")";
     std::string paths = std::string(Flavor::name()) + " (" + ExecSpace::name() + " TeamPolicy)";
     if (verify_spec_avail<ExecSpace, Flavor>::value && ON_CUDA && _algo == Algo::Auto)
       paths = std::string(Flavor::name()) + "[cuda-sm90] (Kokkos::Cuda specialisation, sm_90), " + Flavor::name() +
@@ -168,27 +181,33 @@ private:
 
   void record(VerifyPath const &p) { _path = p.path; }
 
-  /// The streamed tiles' plan (devices only: the design is registered nowhere else).
-  VerifyPlan planStreamed(PlanBounds const &bounds, int nsplit, bool strict) const
+  std::string tilesName() const { return _mode == KokkosMode::kPortableStreamed ? "streamed tiles" : "sgemm tiles, 3 teams per SM"; }
+
+  /// The plan of device tiles other than the space's own (devices only: those designs are
+  /// registered nowhere else).
+  template <class Tiles>
+  VerifyPlan planDeviceTiles(PlanBounds const &bounds, int nsplit, bool strict) const
   {
     if constexpr (DEVICE_SPACE)
     {
-      using Tiles = Impl::StreamedTiles;
       int const n = nsplit != 0 ? nsplit : Impl::autoNsplit<ExecSpace, Tiles>(bounds, ExecSpace().concurrency());
       return Impl::planVerify<ExecSpace, Tiles>(bounds, n, strict);
     }
     else
-      throw InputError(name() + ": the streamed tiles are a device shape; " + ExecSpace::name() + " is a host space");
+      throw InputError(name() + ": " + tilesName() + " are a device shape; " + ExecSpace::name() + " is a host space");
   }
 
   VerifyPath enqueue(ExecSpace const &space, VerifyArgs<MemSpace> const &args, VerifyWorkspace<MemSpace> const &ws) const
   {
     if constexpr (DEVICE_SPACE)
-      if (_streamed)
-      {
+    {
+      if (_mode == KokkosMode::kPortableStreamed)
         Impl::verifyAttentionTeams<ExecSpace, Impl::TeamTileProducts, Impl::StreamedTiles>(space, args, ws, _plan);
-        return {std::string(TeamTiles::name()) + " (streamed tiles)", false};
-      }
+      else if (_mode == KokkosMode::kPortableSgemm3)
+        Impl::verifyAttentionTeams<ExecSpace, Impl::TeamTileProducts, Impl::SgemmTilesThreePerSm>(space, args, ws, _plan);
+      if (_mode == KokkosMode::kPortableStreamed || _mode == KokkosMode::kPortableSgemm3)
+        return {std::string(TeamTiles::name()) + " (" + tilesName() + ")", false};
+    }
     return verifyAttention<ExecSpace, Flavor>(space, args, ws, _plan, _algo);
   }
 
@@ -214,7 +233,7 @@ private:
   }
 
   Algo _algo = Algo::Auto;
-  bool _streamed = false;
+  KokkosMode _mode = KokkosMode::kAuto;
   SpaceForContext _space;
 
   VerifyPlan _plan;
@@ -242,6 +261,11 @@ void registerKokkosDesigns()
                    "the portable TeamPolicy kernel in the streamed tiles (32 rows, 2 x 4 score blocks, 256-thread "
                    "teams) that the sgemm tiles (64 rows, 8 x 8 blocks, 128-thread teams) replaced on devices",
                    [] { return std::make_unique<KokkosDesign<TeamTiles>>(KokkosMode::kPortableStreamed); });
+  if constexpr (DEVICE_SPACE)
+    registerDesign("kokkos-team-portable-sgemm3",
+                   "the portable TeamPolicy kernel in the sgemm tiles at 3 teams per SM (168 registers, inner loops "
+                   "unrolled by 2), beside the default 4 teams per SM (128 registers, not unrolled)",
+                   [] { return std::make_unique<KokkosDesign<TeamTiles>>(KokkosMode::kPortableSgemm3); });
 #ifdef CANOPY_HAVE_KOKKOSKERNELS
   registerDesign("kokkos-kk", "as kokkos-team, with the tile products by Kokkos Kernels' batched TeamGemm",
                  [] { return std::make_unique<KokkosDesign<BatchedGemmTiles>>(); });

@@ -75,6 +75,11 @@ struct SgemmTiles
   static constexpr int TEAM_SIZE = WORK_ITEMS;
   static constexpr int VECTOR_LENGTH = 1;
   static constexpr int MIN_TEAMS_PER_SM = 4;  ///< <= 128 registers per thread (model above)
+  /// Steps of the inner loops unrolled on devices: 1 keeps the spills at 116 / 180 bytes of spill
+  /// stores / loads (ptxas, sm_90); 2 issues the next step's shared loads before this step's FMAs
+  /// but spills 260 / 876 bytes at 128 registers. Four warps per scheduler are meant to hide the
+  /// shared-load latency of the loop that is not unrolled.
+  static constexpr int INNER_UNROLL = 1;
   static constexpr int ROWS = 64;             ///< (node, head) rows of a team: 8 nodes x 8 heads
   static constexpr int KV_TILE = 128;         ///< keys per step of the online softmax
   static constexpr int D_CHUNK = 16;          ///< Q/K columns per score stage (36 stages per tile)
@@ -84,6 +89,15 @@ struct SgemmTiles
   static constexpr int MAX_ROWS = ROWS;
   static constexpr int COMBINE_TEAM_SIZE = 128;
   static constexpr int COMBINE_COLS = 4;
+};
+
+/// \brief The sgemm tiles at 3 teams per SM (<= 168 registers) with the inner loops unrolled by 2
+/// (52 / 68 bytes of spill stores / loads, ptxas, sm_90): fewer warps, more overlap within each. Registered on devices as
+/// kokkos-team-portable-sgemm3, for measuring it beside the default.
+struct SgemmTilesThreePerSm : SgemmTiles
+{
+  static constexpr int MIN_TEAMS_PER_SM = 3;
+  static constexpr int INNER_UNROLL = 2;
 };
 
 /// \brief Level-0 team scratch that Kokkos 4.6 admits on CUDA for a team of \p team_size threads:
@@ -222,7 +236,7 @@ struct VerifySgemmKernel
   using Scratch = SgemmScratch<Tiles>;
   using Own = SgemmOwnership;
   static constexpr int R = Tiles::ROWS, N = Tiles::KV_TILE, DC = Tiles::D_CHUNK, VK = Tiles::V_KEYS, VC = Tiles::V_COLS;
-  static constexpr int W = Tiles::WORK_ITEMS, B8 = Own::BLOCK;
+  static constexpr int W = Tiles::WORK_ITEMS, B8 = Own::BLOCK, UNROLL = Tiles::INNER_UNROLL;
   static_assert(Tiles::VECTOR_LENGTH == 1, "SPMD team: one lane per thread");
   static_assert(W % Tiles::TEAM_SIZE == 0, "every thread serves the same number of work items");
   static constexpr int ITEMS_PER_THREAD = W / Tiles::TEAM_SIZE;
@@ -241,6 +255,9 @@ struct VerifySgemmKernel
   {
     float acc[B8][B8];      ///< the score block (score stages) or the output block of a pass (value stages)
     Bf16x8 next[PREFETCH];  ///< the next stage's pieces, in flight
+    /// Where this item's Q pieces start (null for rows past the tile's): fixed for the team, so
+    /// the stage loops keep one pointer live instead of the row arithmetic's inputs.
+    uint16_t const *q_src[Q_PIECES];
   };
 
   struct TileView
@@ -324,6 +341,12 @@ struct VerifySgemmKernel
         sc.m()[w] = NEG_INF;
         sc.l()[w] = 0.f;
       }
+      for (int p = 0; p < Q_PIECES; ++p)
+      {
+        int const u = w + p * W, row = u % R, part = u / R;
+        int64_t const node = t.first_node + row / t.nh;
+        st[v].q_src[p] = row < t.rows ? a.q.data() + (node * a.batch.num_heads + t.h0 + row % t.nh) * D_QK + part * 8 : nullptr;
+      }
     }
     int64_t const ntiles = ceilDiv(t.hi - t.lo, N);
     for (int64_t ti = 0; ti < ntiles; ++ti)
@@ -335,7 +358,7 @@ struct VerifySgemmKernel
         tilePrologue(t, tile, first_item + v, sc);
       member.team_barrier();
       for (int v = 0; v < ITEMS_PER_THREAD; ++v)
-        loadScores(t, first_item + v, st[v], 0, sc);
+        loadScores(first_item + v, st[v], 0, sc);
       for (int v = 0; v < ITEMS_PER_THREAD; ++v)
       {
         storeScores(first_item + v, st[v], 0, sc);
@@ -354,7 +377,7 @@ struct VerifySgemmKernel
         bool const more = stage + 1 < QK_STAGES;
         if (more)
           for (int v = 0; v < ITEMS_PER_THREAD; ++v)
-            loadScores(t, first_item + v, st[v], stage + 1, sc);
+            loadScores(first_item + v, st[v], stage + 1, sc);
         for (int v = 0; v < ITEMS_PER_THREAD; ++v)
           scoreStage(first_item + v, st[v], stage % 2, sc);
         if (more)
@@ -435,16 +458,11 @@ struct VerifySgemmKernel
 
   /// Issues the global loads of score stage \p stage: Q pieces (rows past the tile's load zeros)
   /// and K pieces (keys past nk load zeros, so their scores are finite until masked).
-  KOKKOS_FORCEINLINE_FUNCTION void loadScores(Task const &t, int w, ItemState &st, int stage, Scratch const &sc) const
+  KOKKOS_FORCEINLINE_FUNCTION void loadScores(int w, ItemState &st, int stage, Scratch const &sc) const
   {
     int const d0 = stage * DC;
     for (int p = 0; p < Q_PIECES; ++p)
-    {
-      int const u = w + p * W, row = u % R, part = u / R;
-      int64_t const node = t.first_node + row / t.nh;
-      st.next[p] = row < t.rows ? load16<Bf16x8>(a.q.data() + (node * a.batch.num_heads + t.h0 + row % t.nh) * D_QK + d0 + part * 8)
-                                : Bf16x8{};
-    }
+      st.next[p] = st.q_src[p] ? load16<Bf16x8>(st.q_src[p] + d0) : Bf16x8{};
     uint16_t const *pool = a.kv_pool.data();
     for (int p = 0; p < K_PIECES; ++p)
     {
@@ -491,7 +509,7 @@ struct VerifySgemmKernel
     Float4 const *q = sc.qT(buf) + own.row0 / 4;
     Float4 const *k = sc.kT(buf) + own.col0 / 4;
 #if defined(__CUDA_ARCH__)
-#pragma unroll 2
+#pragma unroll UNROLL
 #endif
     for (int d = 0; d < DC; ++d)
     {
@@ -640,7 +658,7 @@ struct VerifySgemmKernel
     Float4 const *p = sc.pT() + key0 * (Scratch::PT_STRIDE / 4) + own.row0 / 4;
     Float4 const *x = sc.vChunk(stage % 2) + own.col0 / 4;
 #if defined(__CUDA_ARCH__)
-#pragma unroll 2
+#pragma unroll UNROLL
 #endif
     for (int n = 0; n < VK; ++n)
     {
