@@ -23,8 +23,9 @@
 ///   3 row tiles x 64 splits = 195 teams leave two thirds of the 528 team slots idle.
 /// - Registers per thread: 64 score accumulators (score stages) or 64 output accumulators (value
 ///   stages; never both live), 16 operand floats per step (32 with the step unrolled by 2), 12 for
-///   the next stage's loads in flight, addresses: under 128, so LaunchBounds<128, 4> gives 4 teams
-///   (16 warps) per SM.
+///   the next stage's loads in flight, plus addresses and the team's task: LaunchBounds<128, 4>
+///   caps them at 128 for 4 teams (16 warps) per SM, where ptxas (sm_90) spills 116 / 180 bytes
+///   of loop-invariant state with the inner loops not unrolled (SgemmTiles::INNER_UNROLL).
 /// - Output: 64 rows x 512 columns is 256 floats per thread, too many to keep, so it lives in the
 ///   workspace between KV tiles (the partial's own rows, which hold its result at the end): each
 ///   tile runs 4 passes of 128 columns, and a pass reads the thread's 64 old outputs from global
@@ -35,7 +36,8 @@
 ///   chunks (2 x (16 x 68 + 16 x 132) floats = 25.6 KB) during the score stages and P^T
 ///   (128 keys x 68 rows = 34.8 KB) during the value stages; region B the double-buffered V chunks
 ///   (2 x 8 keys x 132 columns = 8.4 KB) or the softmax's partial maxima (4 KB); then the row
-///   state, the tile's pool rows and the visibility bits: 46,336 bytes in all. Kokkos 4.6 on CUDA
+///   state, the tile's pool rows and the visibility bits: 46,336 bytes in all, 46,352 with the
+///   16 bytes that the alignment request may need. Kokkos 4.6 on CUDA
 ///   admits 49,152 - 8 x (team size + 2) = 48,112 bytes for a 128-thread team (its
 ///   scratch_size_max(0), 40,936, assumes a 1024-thread team), and 4 teams take 185 KB of an SM.
 /// - Occupancy: 4 teams x 4 warps per SM (registers and scratch both allow 4).
