@@ -24,8 +24,8 @@
 /// - Registers per thread: 64 score accumulators (score stages) or 64 output accumulators (value
 ///   stages; never both live), 16 operand floats per step (32 with the step unrolled by 2), 12 for
 ///   the next stage's loads in flight, plus addresses and the team's task: LaunchBounds<128, 4>
-///   caps them at 128 for 4 teams (16 warps) per SM, where ptxas (sm_90) spills 116 / 180 bytes
-///   of loop-invariant state with the inner loops not unrolled (SgemmTiles::INNER_UNROLL).
+///   caps them at 128 for 4 teams (16 warps) per SM, where ptxas (sm_90) reports 116 / 180 bytes
+///   of spill stores / loads with the inner loops not unrolled (SgemmTiles::INNER_UNROLL).
 /// - Output: 64 rows x 512 columns is 256 floats per thread, too many to keep, so it lives in the
 ///   workspace between KV tiles (the partial's own rows, which hold its result at the end): each
 ///   tile runs 4 passes of 128 columns, and a pass reads the thread's 64 old outputs from global
