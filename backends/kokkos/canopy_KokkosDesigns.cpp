@@ -5,7 +5,8 @@
 /// Kokkos::Cuda: the caller's stream, so the replay engine captures them like the CUDA designs).
 /// With a CUDA Kokkos and the CUDA designs in the build, `kokkos-team` reaches the cuda-sm120 tile
 /// kernel through the Kokkos::Cuda specialisation; `kokkos-team-portable` forces the TeamPolicy
-/// kernel on the same space, so both run side by side.
+/// kernel on the same space, so both run side by side. On a device space the portable kernel takes
+/// the sgemm tiles; `kokkos-team-portable-streamed` runs the streamed tiles it replaced.
 #include "canopy_Registry.hpp"
 #include "canopy_VerifyAttention_spec.hpp"
 #ifdef CANOPY_HAVE_CUDA_DESIGNS
@@ -34,6 +35,18 @@ constexpr bool ON_CUDA = std::is_same<ExecSpace, Kokkos::Cuda>::value;
 #else
 constexpr bool ON_CUDA = false;
 #endif
+/// Whether the default space is a device (GPU tile shapes: sgemm by default, streamed on request).
+constexpr bool DEVICE_SPACE = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+
+/// Which kernel a Kokkos design runs: the dispatch (a specialisation where one serves), the
+/// portable kernel in the space's tiles, or the portable kernel in the streamed tiles (devices).
+enum class KokkosMode
+{
+  kAuto,
+  kPortable,
+  kPortableStreamed,  ///< devices: the streamed tiles (Impl::StreamedTiles)
+  kPortableSgemm3     ///< devices: the sgemm tiles at 3 teams per SM (Impl::SgemmTilesThreePerSm)
+};
 
 /// The execution-space instance a run enqueues on. On Kokkos::Cuda it is made once per stream of
 /// the run's context (making one allocates, so never inside a captured run: the eager warm-up
@@ -67,12 +80,26 @@ template <class Flavor>
 class KokkosDesign final : public Design
 {
 public:
-  /// \p portable: the TeamPolicy kernel even where a specialisation serves (Algo::Portable).
-  explicit KokkosDesign(bool portable = false) : _algo(portable ? Algo::Portable : Algo::Auto) {}
+  /// kPortable: the TeamPolicy kernel even where a specialisation serves (Algo::Portable);
+  /// kPortableStreamed, kPortableSgemm3: that kernel in other device tiles than the space's own.
+  explicit KokkosDesign(KokkosMode mode = KokkosMode::kAuto)
+      : _algo(mode == KokkosMode::kAuto ? Algo::Auto : Algo::Portable), _mode(mode)
+  {
+  }
 
   std::string name() const override
   {
-    return std::string(Flavor::name()) + (_algo == Algo::Portable ? "-portable" : "");
+    switch (_mode)
+    {
+    case KokkosMode::kPortableStreamed:
+      return std::string(Flavor::name()) + "-portable-streamed";
+    case KokkosMode::kPortableSgemm3:
+      return std::string(Flavor::name()) + "-portable-sgemm3";
+    case KokkosMode::kPortable:
+      return std::string(Flavor::name()) + "-portable";
+    default:
+      return Flavor::name();
+    }
   }
   /// On a CUDA Kokkos: device memory served by the CUDA storage, so that the replay engine runs
   /// these designs on its streams and graphs like the CUDA designs.
@@ -85,7 +112,12 @@ public:
     if (options.strict && !verifyFlavorCompiled<ExecSpace, Flavor>())
       throw InputError(name() + ": not compiled for " + std::string(ExecSpace::name()) +
                        " in this build (strict mode forbids the fallback to " + TeamTiles::name() + ")");
-    _plan = planVerifyFor<ExecSpace, Flavor>(bounds, nsplitFor(bounds, options.nsplit), options.strict, _algo);
+    if (_mode == KokkosMode::kPortableStreamed)
+      _plan = planDeviceTiles<Impl::StreamedTiles>(bounds, options.nsplit, options.strict);
+    else if (_mode == KokkosMode::kPortableSgemm3)
+      _plan = planDeviceTiles<Impl::SgemmTilesThreePerSm>(bounds, options.nsplit, options.strict);
+    else
+      _plan = planVerifyFor<ExecSpace, Flavor>(bounds, nsplitFor(bounds, options.nsplit), options.strict, _algo);
     _bounds = bounds;
     _strategy = options.workspace;
     _ws = VerifyWorkspace<MemSpace>();
@@ -107,18 +139,20 @@ public:
     if (_strategy == WorkspaceStrategy::kPerCall)
     {
       VerifyWorkspace<MemSpace> const ws = makeVerifyWorkspace<MemSpace>(_plan, batch.num_nodes);
-      record(verifyAttention<ExecSpace, Flavor>(space, args, ws, _plan, _algo));
+      record(enqueue(space, args, ws));
       return;
     }
     if (_strategy == WorkspaceStrategy::kGrow && !_ws.fits(_plan.numPartials(), batch.num_nodes, _plan.num_heads))
       _ws = makeVerifyWorkspace<MemSpace>(_plan, std::max<int64_t>(batch.num_nodes, 2 * _ws.node_capacity));
-    record(verifyAttention<ExecSpace, Flavor>(space, args, _ws, _plan, _algo));
+    record(enqueue(space, args, _ws));
   }
 
   std::string path() const override { return _path; }
   int splits() const override { return _planned ? _plan.nsplit : 0; }
   std::string kernelPaths() const override
   {
+    if (_mode == KokkosMode::kPortableStreamed || _mode == KokkosMode::kPortableSgemm3)
+      return std::string(Flavor::name()) + " (" + ExecSpace::name() + " TeamPolicy, " + tilesName() + ")";
     std::string paths = std::string(Flavor::name()) + " (" + ExecSpace::name() + " TeamPolicy)";
     if (verify_spec_avail<ExecSpace, Flavor>::value && ON_CUDA && _algo == Algo::Auto)
       paths = std::string(Flavor::name()) + "[cuda-sm90] (Kokkos::Cuda specialisation, sm_90), " + Flavor::name() +
@@ -147,6 +181,36 @@ private:
 
   void record(VerifyPath const &p) { _path = p.path; }
 
+  std::string tilesName() const { return _mode == KokkosMode::kPortableStreamed ? "streamed tiles" : "sgemm tiles, 3 teams per SM"; }
+
+  /// The plan of device tiles other than the space's own (devices only: those designs are
+  /// registered nowhere else).
+  template <class Tiles>
+  VerifyPlan planDeviceTiles(PlanBounds const &bounds, int nsplit, bool strict) const
+  {
+    if constexpr (DEVICE_SPACE)
+    {
+      int const n = nsplit != 0 ? nsplit : Impl::autoNsplit<ExecSpace, Tiles>(bounds, ExecSpace().concurrency());
+      return Impl::planVerify<ExecSpace, Tiles>(bounds, n, strict);
+    }
+    else
+      throw InputError(name() + ": " + tilesName() + " are a device shape; " + ExecSpace::name() + " is a host space");
+  }
+
+  VerifyPath enqueue(ExecSpace const &space, VerifyArgs<MemSpace> const &args, VerifyWorkspace<MemSpace> const &ws) const
+  {
+    if constexpr (DEVICE_SPACE)
+    {
+      if (_mode == KokkosMode::kPortableStreamed)
+        Impl::verifyAttentionTeams<ExecSpace, Impl::TeamTileProducts, Impl::StreamedTiles>(space, args, ws, _plan);
+      else if (_mode == KokkosMode::kPortableSgemm3)
+        Impl::verifyAttentionTeams<ExecSpace, Impl::TeamTileProducts, Impl::SgemmTilesThreePerSm>(space, args, ws, _plan);
+      if (_mode == KokkosMode::kPortableStreamed || _mode == KokkosMode::kPortableSgemm3)
+        return {std::string(TeamTiles::name()) + " (" + tilesName() + ")", false};
+    }
+    return verifyAttention<ExecSpace, Flavor>(space, args, ws, _plan, _algo);
+  }
+
   /// Whether runs take the Kokkos::Cuda specialisation (the hand-written tile kernel of the device's
   /// architecture: cuda-sm90 on sm_90, cuda-sm120 elsewhere).
   bool specialised() const { return _algo == Algo::Auto && verify_spec_avail<ExecSpace, Flavor>::value && ON_CUDA; }
@@ -169,6 +233,7 @@ private:
   }
 
   Algo _algo = Algo::Auto;
+  KokkosMode _mode = KokkosMode::kAuto;
   SpaceForContext _space;
 
   VerifyPlan _plan;
@@ -190,7 +255,17 @@ void registerKokkosDesigns()
     registerDesign("kokkos-team-portable",
                    "kokkos-team forced to its portable TeamPolicy kernel where a specialisation would serve the space "
                    "(the parity and portability-tax baseline)",
-                   [] { return std::make_unique<KokkosDesign<TeamTiles>>(true); });
+                   [] { return std::make_unique<KokkosDesign<TeamTiles>>(KokkosMode::kPortable); });
+  if constexpr (DEVICE_SPACE)
+    registerDesign("kokkos-team-portable-streamed",
+                   "the portable TeamPolicy kernel in the streamed tiles (32 rows, 2 x 4 score blocks, 256-thread "
+                   "teams) that the sgemm tiles (64 rows, 8 x 8 blocks, 128-thread teams) replaced on devices",
+                   [] { return std::make_unique<KokkosDesign<TeamTiles>>(KokkosMode::kPortableStreamed); });
+  if constexpr (DEVICE_SPACE)
+    registerDesign("kokkos-team-portable-sgemm3",
+                   "the portable TeamPolicy kernel in the sgemm tiles at 3 teams per SM (168 registers, inner loops "
+                   "unrolled by 2), beside the default 4 teams per SM (128 registers, not unrolled)",
+                   [] { return std::make_unique<KokkosDesign<TeamTiles>>(KokkosMode::kPortableSgemm3); });
 #ifdef CANOPY_HAVE_KOKKOSKERNELS
   registerDesign("kokkos-kk", "as kokkos-team, with the tile products by Kokkos Kernels' batched TeamGemm",
                  [] { return std::make_unique<KokkosDesign<BatchedGemmTiles>>(); });

@@ -291,6 +291,7 @@ struct OneThreadTeams : Base
   static constexpr int COMBINE_TEAM_SIZE = 1;
 };
 using StreamedOnHost = OneThreadTeams<Impl::StreamedTiles>;
+using SgemmOnHost = OneThreadTeams<Impl::SgemmTiles>;
 using ResidentDeviceOnHost = OneThreadTeams<Impl::ResidentDeviceTiles>;
 
 template <class ExecutionSpace, class TileProducts, class Tiles>
@@ -307,6 +308,7 @@ void expectDeviceShapedTilesCorrect(HostProblem const &problem, int nsplit, int 
   std::vector<uint16_t> const out = batch.downloadOutput();
   ErrorStats const e = compareToReference(referenceAttention(problem), out.data(), out.size());
   EXPECT_TRUE(e.pass) << TileProducts::name() << (Tiles::STREAMED ? " (streamed)" : " (resident)") << ": " << describe(e);
+  EXPECT_EQ(e.num_bad, 0) << "NaN or unwritten elements";
 }
 
 TYPED_TEST(VerifyAttentionKokkos, deviceTileShapeOnTheHost)
@@ -317,6 +319,7 @@ TYPED_TEST(VerifyAttentionKokkos, deviceTileShapeOnTheHost)
     // 65 nodes x 3 heads: more rows than the 64-row tile, a prefix not a multiple of 16.
     HostProblem const p = problemOf(2, 3, 65, 37, m, 25, /*ragged=*/true, /*padded=*/1);
     expectDeviceShapedTilesCorrect<TypeParam, Impl::TeamTileProducts, StreamedOnHost>(p, 4);
+    expectDeviceShapedTilesCorrect<TypeParam, Impl::TeamTileProducts, SgemmOnHost>(p, 4);
     expectDeviceShapedTilesCorrect<TypeParam, Impl::TeamTileProducts, ResidentDeviceOnHost>(p, 4);
 #ifdef CANOPY_HAVE_KOKKOSKERNELS
     expectDeviceShapedTilesCorrect<TypeParam, Impl::BatchedGemmTileProducts, ResidentDeviceOnHost>(p, 4);
@@ -382,6 +385,75 @@ TYPED_TEST(VerifyAttentionKokkos, streamedTeamsOfTwoHostThreads)
       expectDeviceShapedTilesCorrect<TypeParam, Impl::TeamTileProducts, Tiles>(p, 3);
     }
   }
+}
+
+/// The sgemm kernel's row tiles, head groups and KV tiles at their edges: T spanning several 8-node
+/// row tiles (ragged, with a padded request), heads that do not divide the 64 rows (3: 21 nodes of
+/// 3 heads) and more heads than rows (70: 2 groups of 35), prefixes of 1, 128 and 128 + 1 keys and
+/// several tiles per split, a tree part longer than one KV tile (T = 140), a small row cap.
+TYPED_TEST(VerifyAttentionKokkos, sgemmTilesAtTheirEdges)
+{
+  struct Case
+  {
+    int batch, heads, tree;
+    int64_t prefix;
+    int nsplit, max_rows;
+  };
+  Case const cases[] = {{3, 8, 9, 1, 1, 0},    {2, 8, 17, 128, 2, 0}, {2, 3, 23, 129, 3, 0}, {1, 70, 3, 130, 2, 0},
+                        {1, 2, 140, 200, 2, 0}, {1, 5, 12, 100, 2, 8}, {1, 8, 9, 400, 1, 0}};
+  uint64_t seed = 140;
+  for (Case const &c : cases)
+    for (MaskLayout m : ALL_LAYOUTS)
+    {
+      SCOPED_TRACE("B=" + std::to_string(c.batch) + " H=" + std::to_string(c.heads) + " T=" + std::to_string(c.tree) +
+                   " P=" + std::to_string(c.prefix) + " " + toString(m));
+      HostProblem p = problemOf(c.batch, c.heads, c.tree, c.prefix, m, ++seed, /*ragged=*/true, /*padded=*/1);
+      expectDeviceShapedTilesCorrect<TypeParam, Impl::TeamTileProducts, SgemmOnHost>(p, c.nsplit, c.max_rows);
+      // Peaked scores: a running max that moves between KV tiles needs the rescale of the output
+      // kept in the workspace, which changes the output well past tolerance if it is wrong.
+      fillRandomValues(p, canopy::test::testSeed(seed + 1000), 4.f, 1.f);
+      SCOPED_TRACE("peaked");
+      expectDeviceShapedTilesCorrect<TypeParam, Impl::TeamTileProducts, SgemmOnHost>(p, c.nsplit, c.max_rows);
+    }
+}
+
+/// The sgemm kernel with two threads per team on a host space: each serves 64 of the 128 work
+/// items, so its barriers order real threads.
+TYPED_TEST(VerifyAttentionKokkos, sgemmTeamsOfTwoHostThreads)
+{
+  if constexpr (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename TypeParam::memory_space>::accessible)
+    GTEST_SKIP() << "a device runs the sgemm kernel with one thread per work item (the other cases)";
+  else
+  {
+    using Tiles = TwoThreadTeams<Impl::SgemmTiles>;
+    int const most = Kokkos::TeamPolicy<TypeParam>(1, 1).team_size_max(Impl::VerifySgemmKernel<TypeParam, Tiles>{},
+                                                                         Kokkos::ParallelForTag());
+    if (most < Tiles::TEAM_SIZE)
+      GTEST_SKIP() << TypeParam::name() << " offers teams of " << most << " thread(s), fewer than 2";
+    for (MaskLayout m : ALL_LAYOUTS)
+    {
+      SCOPED_TRACE(toString(m));
+      HostProblem p = problemOf(2, 8, 70, 300, m, 160, /*ragged=*/true, /*padded=*/1);
+      fillRandomValues(p, canopy::test::testSeed(161), 4.f, 1.f);
+      expectDeviceShapedTilesCorrect<TypeParam, Impl::TeamTileProducts, Tiles>(p, 3);
+    }
+  }
+}
+
+TYPED_TEST(VerifyAttentionKokkos, sgemmPlanPutsRowTilesInTheLeague)
+{
+  // T=17 at H=8: 8 nodes x 8 heads per tile, 3 row tiles; H=70: 2 groups of 35 heads, 1 node each.
+  VerifyPlan const p = Impl::planVerify<TypeParam, Impl::SgemmTiles>(PlanBounds{2, 17, 100, 34, 8, MaskLayout::kTree}, 3);
+  EXPECT_EQ(p.num_head_groups, 1);
+  EXPECT_EQ(p.rows_per_tile, 64);
+  EXPECT_EQ(p.row_tiles, 3);
+  EXPECT_EQ(p.leagueSize(), 2 * 1 * 4 * 3);
+  VerifyPlan const q = Impl::planVerify<TypeParam, Impl::SgemmTiles>(PlanBounds{1, 3, 0, 3, 70, MaskLayout::kTree}, 1);
+  EXPECT_EQ(q.num_head_groups, 2);
+  EXPECT_EQ(q.heads_per_group, 35);
+  EXPECT_EQ(q.row_tiles, 3);
+  // The scratch fits what Kokkos 4.6 admits on CUDA for the team (49,152 - 8 x (128 + 2) bytes).
+  EXPECT_LE(Impl::SgemmScratch<Impl::SgemmTiles>::request(), 48112u);
 }
 
 TYPED_TEST(VerifyAttentionKokkos, streamedPlanPutsRowTilesInTheLeague)

@@ -8,6 +8,7 @@
 #include "canopy_KokkosCompat.hpp"
 #include "canopy_VerifyArgs.hpp"
 #include "impl/canopy_FloatPack.hpp"
+#include "impl/canopy_VerifyAttention_Sgemm.hpp"
 #include "impl/canopy_VerifyAttention_Streamed.hpp"
 #include "impl/canopy_VerifyKernelCommon.hpp"
 
@@ -55,10 +56,12 @@ struct VerifyTiles
   static constexpr int COMBINE_TEAM_SIZE = 1;
 };
 
-/// \brief GPUs: the streamed kernel (canopy_VerifyAttention_Streamed.hpp), which fits level-0
-/// scratch.
+/// \brief GPUs: the SGEMM-shaped kernel (canopy_VerifyAttention_Sgemm.hpp: 64-row tiles, 8 x 8
+/// register blocks, 128-thread teams), which fits the level-0 scratch Kokkos admits for its team.
+/// The streamed tiles (StreamedTiles: 32 rows, 2 x 4 score blocks, 256 threads) stay selectable
+/// (the design kokkos-team-portable-streamed) as the baseline it replaced.
 template <class ExecutionSpace>
-struct VerifyTiles<ExecutionSpace, false> : StreamedTiles
+struct VerifyTiles<ExecutionSpace, false> : SgemmTiles
 {
 };
 
@@ -595,7 +598,12 @@ void verifyAttentionTeams(ExecutionSpace const &space, VerifyArgs<typename Execu
   if (plan.leagueSize() == 0)
     return;
   if constexpr (Tiles::STREAMED)
-    launchStreamedSplit<ExecutionSpace, Tiles>(space, args, ws, plan);
+  {
+    if constexpr (Tiles::GEMM_BLOCKS)
+      launchSgemmSplit<ExecutionSpace, Tiles>(space, args, ws, plan);
+    else
+      launchStreamedSplit<ExecutionSpace, Tiles>(space, args, ws, plan);
+  }
   else
   {
     size_t const bytes = splitScratchBytes<Tiles>(plan);
@@ -622,9 +630,9 @@ void verifyAttentionTeams(ExecutionSpace const &space, VerifyArgs<typename Execu
 /// concurrency and the plan's teams per split only (never device values):
 /// - one host thread: 1 (splits only add work there: 5-20% at 16, docs/results/kokkos-host.md);
 /// - host threads: about 4 teams per thread, so the dynamic schedule evens out short partials;
-/// - GPUs: about 4 teams per SM (concurrency / team threads / 2: two waves of the 2 resident
-///   256-thread teams), so the workspace stays near the hand-written design's: 1 partial at B=8
-///   T=256 on an H200, not 65.
+/// - GPUs: concurrency / team threads / 2 teams (two waves of the resident teams: 2 per SM of the
+///   256-thread streamed tiles, 4 of the 128-thread sgemm tiles), so the workspace stays near the
+///   hand-written design's: 1 partial at B=8 T=256 on an H200, not 65.
 /// Capped at 64 and at one split per two KV tiles of the longest prefix.
 template <class ExecutionSpace, class Tiles = VerifyTiles<ExecutionSpace>>
 int autoNsplit(PlanBounds const &bounds, int concurrency)

@@ -31,6 +31,7 @@ namespace canopy::Impl
 struct StreamedTiles
 {
   static constexpr bool STREAMED = true;
+  static constexpr bool GEMM_BLOCKS = false;  ///< not the sgemm kernel (canopy_VerifyAttention_Sgemm.hpp)
   static constexpr int WORK_ITEMS = 256;
   static constexpr int TEAM_SIZE = WORK_ITEMS;
   static constexpr int VECTOR_LENGTH = 1;
