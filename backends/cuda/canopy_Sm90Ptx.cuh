@@ -61,7 +61,7 @@ __device__ __forceinline__ void fenceOperands(float (&r)[N])
 __device__ __forceinline__ void fenceProxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // ---------------------------------------------------------------------------------------------
-// mbarriers (shared::cta): the hand-off between a producer warp and the consumer warpgroups.
+// mbarriers (shared::cta): the hand-off between a producer warpgroup and the compute warpgroups.
 // An mbarrier completes a phase when `count` arrivals have happened; waiters name the phase by its
 // parity (0, 1, 0, ...), so a barrier guarding stage s of a 2-stage ring at tile j waits for
 // parity (j / 2) % 2.

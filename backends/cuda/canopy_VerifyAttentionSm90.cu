@@ -54,7 +54,7 @@ struct Sm90Config
   static constexpr int MAX_TILE_NODES = M_TILE;
   static constexpr int RING_BYTES = 2 * N_TILE * 8;
   static constexpr int INFO_BYTES = 128;
-  static constexpr int BAR_BYTES = 2 * KV_STAGES * 8;  ///< mbarriers full[stage], empty[stage] (producer warp only)
+  static constexpr int BAR_BYTES = 2 * KV_STAGES * 8;  ///< mbarriers full[stage], empty[stage] (producer schedule only)
   /// The shared-memory plan, in this order. The wgmma operands start on 1024-byte swizzle atoms.
   struct Smem
   {
@@ -90,7 +90,7 @@ struct Sm90Config
 /// PRODUCER_REGS back (setmaxnreg) and the compute warpgroups take COMPUTE_REGS, above the 196
 /// cuda-sm90 needs: 128 x 72 + 256 x 216 = 64,512 of 65,536 (a producer at 40 or 56 spilled its
 /// unrolled row addresses).
-struct Sm90WsConfig : Sm90Config
+struct Sm90ProducerConfig : Sm90Config
 {
   static constexpr int PRODUCER_THREADS = 128;
   static constexpr int PRODUCER_REGS = 72;
@@ -124,7 +124,7 @@ struct StageBarriers
 __device__ __forceinline__ void produceTiles(VerifyParams const &p, TileInfo const volatile *info, uint32_t kv_base,
                                              StageBarriers const bars, int ntiles)
 {
-  using Cfg = Sm90WsConfig;
+  using Cfg = Sm90ProducerConfig;
   constexpr int N_TILE = Cfg::N_TILE;
   constexpr int ROWS = Cfg::ROWS_PER_WARP;
   int const lane = threadIdx.x & 31;
@@ -175,13 +175,13 @@ __device__ __forceinline__ void issueSwizzledRows(KvLoader<Sm90Config> const &ld
   ld.issueRowsAt<Sm90Config::QK_CHUNKS>(j, [stage](int r, int ch) { return stage + Sm90Config::qStageOffset(r, ch); });
 }
 
-/// The tile of cuda-sm90 (Cfg = Sm90WsConfig: a producer warpgroup issues the copies, mbarriers)
+/// The tile of cuda-sm90 (Cfg = Sm90ProducerConfig: a producer warpgroup issues the copies, mbarriers)
 /// and of cuda-sm90-sync (Cfg = Sm90Config: the 256 compute threads issue them, one CTA barrier
 /// per tile).
 template <class Cfg, class PartialT>
 __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int mt, int split)
 {
-  constexpr bool WS = ProducerThreads<Cfg>::value > 0;
+  constexpr bool PRODUCER = ProducerThreads<Cfg>::value > 0;
   using Smem = typename Cfg::Smem;
   constexpr int N_TILE = Cfg::N_TILE;
   extern __shared__ __align__(1024) unsigned char sm90_smem[];
@@ -198,27 +198,27 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
 
   if (q_base % sm90::SWIZZLE_ATOM_BYTES != 0)
     __trap();  // the descriptors assume 1024-byte atoms; the dynamic shared window starts aligned
-  if (WS && threadIdx.x == 0)
+  if (PRODUCER && threadIdx.x == 0)
     for (int s = 0; s < Cfg::KV_STAGES; ++s)
     {
-      sm90::mbarrierInit(bars.full(s), Sm90WsConfig::FULL_ARRIVALS);
-      sm90::mbarrierInit(bars.empty(s), Sm90WsConfig::EMPTY_ARRIVALS);
+      sm90::mbarrierInit(bars.full(s), Sm90ProducerConfig::FULL_ARRIVALS);
+      sm90::mbarrierInit(bars.empty(s), Sm90ProducerConfig::EMPTY_ARRIVALS);
     }
   TileSetup st;
   if (!beginTile<Cfg>(p, b, mt, split, 0, q_base, sm, st))
     return;  // CTA-uniform, before any barrier but beginTile's own (which publishes the mbarriers)
-  if constexpr (WS)
+  if constexpr (PRODUCER)
   {
     // The warpgroup index through a shuffle, so that the compiler sees a warp-uniform branch
     // (setmaxnreg needs one to let the compute side allocate past the launch's 168 registers).
     int const warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
     if (warpgroup >= Cfg::WARPGROUPS)
     {
-      sm90::setMaxRegisters<Sm90WsConfig::PRODUCER_REGS, false>();
+      sm90::setMaxRegisters<Sm90ProducerConfig::PRODUCER_REGS, false>();
       produceTiles(p, info, kv_base, bars, st.ntiles);
       return;
     }
-    sm90::setMaxRegisters<Sm90WsConfig::COMPUTE_REGS, true>();
+    sm90::setMaxRegisters<Sm90ProducerConfig::COMPUTE_REGS, true>();
     sm90::fenceProxyAsync();  // this thread's Q copies (landed in beginTile) for the wgmma
     computeBarrier<Cfg>();
   }
@@ -254,7 +254,7 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
 
   KvLoader<Cfg> const ld{p, sm};
   int const ntiles = st.ntiles;
-  if constexpr (!WS)
+  if constexpr (!PRODUCER)
   {
     ld.loadFirstIndices();
     __syncthreads();
@@ -269,8 +269,8 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
   {
     // Stage: load. Tile j has landed (this thread's copies, made visible to wgmma, then everyone's);
     // the other stage is free: every warpgroup waited for its tile j - 1 P.V before this barrier.
-    // With the producer warp: its full[j % 2] arrival says the same, and no CTA barrier is needed.
-    if constexpr (WS)
+    // With the producer warpgroup: its full[j % 2] arrivals say the same, and no CTA barrier is needed.
+    if constexpr (PRODUCER)
     {
       sm90::mbarrierWait(bars.full(j & 1), (j >> 1) & 1);
       if (moves)
@@ -297,7 +297,7 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
       sm90::wgmmaM64N32<0>(s, sm90::advance(q_desc, koff), sm90::advance(k_desc0, stage + koff), ks > 0);
     }
     sm90::wgmmaCommit();
-    if constexpr (!WS)
+    if constexpr (!PRODUCER)
     {
       if (j + 1 < ntiles)
       {
@@ -388,7 +388,7 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
     sm90::wgmmaCommit();
     sm90::wgmmaWait<0>();
     sm90::fenceOperands(o);
-    if constexpr (WS)
+    if constexpr (PRODUCER)
     {
       __syncwarp();
       if (lane == 0)
@@ -422,10 +422,10 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
 }
 
 template <class PartialT>
-__global__ void __launch_bounds__(ctaThreads<Sm90WsConfig>(), 1) sm90Kernel(VerifyParams const p, int m_tiles)
+__global__ void __launch_bounds__(ctaThreads<Sm90ProducerConfig>(), 1) sm90Kernel(VerifyParams const p, int m_tiles)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  verifyTileSm90<Sm90WsConfig, PartialT>(p, blockIdx.y, blockIdx.x % m_tiles, blockIdx.x / m_tiles);
+  verifyTileSm90<Sm90ProducerConfig, PartialT>(p, blockIdx.y, blockIdx.x % m_tiles, blockIdx.x / m_tiles);
 #else
   __trap();  // this file is built for sm_90a only; plan() refuses other GPUs before any launch
 #endif
@@ -462,7 +462,7 @@ cudaError_t prepareSm90Kernel()
 
 cudaError_t launchVerifySm90(VerifyParams const &p, cudaStream_t stream)
 {
-  return Impl::launchSplit<Impl::Sm90WsConfig>(p, stream, Impl::sm90Kernel<float>, Impl::sm90Kernel<__nv_bfloat16>);
+  return Impl::launchSplit<Impl::Sm90ProducerConfig>(p, stream, Impl::sm90Kernel<float>, Impl::sm90Kernel<__nv_bfloat16>);
 }
 
 cudaError_t launchVerifySm90Sync(VerifyParams const &p, cudaStream_t stream)
