@@ -19,8 +19,11 @@ is refused (exit 2) until --mask / --nsplit / --workspace pick one. Needs no GPU
 import argparse
 import json
 import math
-import re
+import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from plots.data import Run, ceilings  # noqa: E402  (the one reader of a run's ceilings)
 
 
 def load_peer(path):
@@ -40,12 +43,6 @@ def load_peer(path):
     if not rows:
         raise SystemExit("peer_merge: %s holds no rows" % path)
     return rows
-
-
-def gemm_peak_tflops(env):
-    """The run's measured bf16 GEMM peak from environment.peaks ('bf16 GEMM 798.6 TFLOP/s ...')."""
-    m = re.search(r"bf16 GEMM ([0-9.]+) TFLOP/s", env.get("peaks", "") or "")
-    return float(m.group(1)) if m else 0.0
 
 
 def main():
@@ -95,7 +92,7 @@ def main():
         peer_names.append(name)
         peer_by.append({(r["B"], r.get("H", 8), r["T"], r["P"]): r for r in rows})
     ref_name, ref = peer_names[0], peer_by[0]
-    peak = gemm_peak_tflops(env)
+    peak = ceilings(Run(results)).get("gemm", 0.0)
 
     nan = float("nan")
     head = ["B", "H", "T", "P", "%s us [p10, p90]" % ref_name, "TFLOP/s"]
