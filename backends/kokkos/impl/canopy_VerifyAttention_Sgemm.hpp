@@ -231,7 +231,7 @@ KOKKOS_INLINE_FUNCTION uint32_t treeVisibilityWord(VerifyArgs<MemorySpace> const
 /// issue the next stage's global loads into registers, compute from one buffer, store the
 /// registers into the other buffer, one barrier.
 template <class ExecutionSpace, class Tiles>
-struct VerifySgemmKernel
+struct VerifySgemmKernel : RowTileKernelBase<typename ExecutionSpace::memory_space, Tiles::KV_TILE>
 {
   using MemorySpace = typename ExecutionSpace::memory_space;
   using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
@@ -262,69 +262,23 @@ struct VerifySgemmKernel
     uint16_t const *q_src[Q_PIECES];
   };
 
-  struct TileView
-  {
-    int64_t k0;
-    int nk;
-  };
-
-  VerifyArgs<MemorySpace> a;
-  Kokkos::View<float *, MemorySpace> ws_out, ws_lse;
-  int64_t node_capacity;
-  VerifyPlan plan;
-  int scratch_level;  ///< 0 on devices; host spaces may offer less level 0
-
-  KOKKOS_INLINE_FUNCTION int64_t wsRow(int split, int64_t node_row, int h) const
-  {
-    return (static_cast<int64_t>(split) * node_capacity + node_row) * a.batch.num_heads + h;
-  }
-
-  struct Task : TeamTask
-  {
-    int rows;
-    bool tree;
-    int64_t first_node, kv0, P, i0, ni, lo, hi;
-
-    KOKKOS_INLINE_FUNCTION TileView tileAt(int64_t k0) const
-    {
-      return TileView{k0, static_cast<int>(hi - k0 < N ? hi - k0 : N)};
-    }
-  };
-
-  KOKKOS_INLINE_FUNCTION int64_t poolRow(Task const &t, int64_t key) const
-  {
-    return t.tree ? a.out_cache_loc(t.node0 + key) : a.kv_indices(t.kv0 + key);
-  }
+  using Base = RowTileKernelBase<MemorySpace, Tiles::KV_TILE>;
+  using typename Base::Task;
+  using typename Base::TileView;
+  using Base::a;
+  using Base::node_capacity;
+  using Base::plan;
+  using Base::poolRow;
+  using Base::scratch_level;
+  using Base::ws_lse;
+  using Base::ws_out;
+  using Base::wsRow;
 
   KOKKOS_INLINE_FUNCTION void operator()(Member const &member) const
   {
     Task t;
-    if (!decodeTeam(member.league_rank(), plan, a, t))
-      return;
-    int64_t const nodes_per_tile = plan.rows_per_tile / plan.heads_per_group;
-    t.i0 = t.row_tile * nodes_per_tile;
-    if (t.i0 >= t.T)
-      return;
-    t.ni = t.T - t.i0 < nodes_per_tile ? t.T - t.i0 : nodes_per_tile;
-    t.rows = static_cast<int>(t.ni * t.nh);
-    t.first_node = t.node0 + t.i0;
-    t.kv0 = a.kv_indptr(t.b);
-    t.P = a.kv_indptr(t.b + 1) - t.kv0;
-    t.tree = t.split == plan.nsplit;
-    t.lo = 0;
-    t.hi = 0;
-    if (t.tree)
-      t.hi = t.T < t.i0 + t.ni ? t.T : t.i0 + t.ni;  // tree node j is visible to node i only if j <= i
-    else
-      prefixChunk(t.P, plan.nsplit, t.split, N, t.lo, t.hi);
-    if (t.lo >= t.hi)
-    {
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(member, t.rows), [&](int r) {
-        ws_lse(wsRow(t.split, t.first_node + r / t.nh, t.h0 + r % t.nh)) = NEG_INF;
-      });
-      return;
-    }
-    run(member, t);
+    if (this->beginTask(member, t))
+      run(member, t);
   }
 
   KOKKOS_FORCEINLINE_FUNCTION void run(Member const &member, Task const &t) const
@@ -720,7 +674,7 @@ void launchSgemmSplit(ExecutionSpace const &space, VerifyArgs<typename Execution
   constexpr size_t bytes = SgemmScratch<Tiles>::request();
   Policy policy(space, static_cast<int>(plan.leagueSize()), Tiles::TEAM_SIZE, Tiles::VECTOR_LENGTH);
   constexpr bool device = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename ExecutionSpace::memory_space>::accessible;
-  Kernel const kernel{args, ws.partial_out, ws.partial_lse, ws.node_capacity, plan, 0};
+  Kernel const kernel{{args, ws.partial_out, ws.partial_lse, ws.node_capacity, plan, 0}};
   if constexpr (device)
   {
     // scratch_size_max(0) assumes the largest team; what the launch admits depends on this team's

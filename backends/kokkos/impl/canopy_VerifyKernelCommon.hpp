@@ -90,6 +90,81 @@ KOKKOS_INLINE_FUNCTION bool decodeTeam(int league, VerifyPlan const &plan, Verif
   return t.T > 0 && t.nh > 0;
 }
 
+/// \brief What the row-tile split kernels (streamed and sgemm tiles) share: their arguments, the
+/// team's task (which rows of the request and which keys of its partial it covers, in KV tiles of
+/// \p N keys), the workspace row and pool row of a key, and the decoding of the league index. Each
+/// kernel's operator() calls beginTask, then its own run().
+template <class MemorySpace, int N>
+struct RowTileKernelBase
+{
+  /// The tile's first key and key count, as every stage needs them.
+  struct TileView
+  {
+    int64_t k0;
+    int nk;
+  };
+
+  /// The team's fixed facts: its TeamTask, and which rows and keys of the request it covers.
+  struct Task : TeamTask
+  {
+    int rows;
+    bool tree;
+    int64_t first_node, kv0, P, i0, ni, lo, hi;
+
+    KOKKOS_INLINE_FUNCTION TileView tileAt(int64_t k0) const
+    {
+      return TileView{k0, static_cast<int>(hi - k0 < N ? hi - k0 : N)};
+    }
+  };
+
+  VerifyArgs<MemorySpace> a;
+  Kokkos::View<float *, MemorySpace> ws_out, ws_lse;
+  int64_t node_capacity;
+  VerifyPlan plan;
+  int scratch_level;  ///< 0 on devices; host spaces may offer less level 0
+
+  KOKKOS_INLINE_FUNCTION int64_t wsRow(int split, int64_t node_row, int h) const
+  {
+    return (static_cast<int64_t>(split) * node_capacity + node_row) * a.batch.num_heads + h;
+  }
+
+  KOKKOS_INLINE_FUNCTION int64_t poolRow(Task const &t, int64_t key) const
+  {
+    return t.tree ? a.out_cache_loc(t.node0 + key) : a.kv_indices(t.kv0 + key);
+  }
+
+  /// Fills \p t for the team \p member; false when it has nothing to compute (after writing lse =
+  /// -inf for the rows of an empty partial, which the combine then weighs 0).
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION bool beginTask(Member const &member, Task &t) const
+  {
+    if (!decodeTeam(member.league_rank(), plan, a, t))
+      return false;
+    int64_t const nodes_per_tile = plan.rows_per_tile / plan.heads_per_group;
+    t.i0 = t.row_tile * nodes_per_tile;
+    if (t.i0 >= t.T)
+      return false;
+    t.ni = t.T - t.i0 < nodes_per_tile ? t.T - t.i0 : nodes_per_tile;
+    t.rows = static_cast<int>(t.ni * t.nh);
+    t.first_node = t.node0 + t.i0;
+    t.kv0 = a.kv_indptr(t.b);
+    t.P = a.kv_indptr(t.b + 1) - t.kv0;
+    t.tree = t.split == plan.nsplit;
+    t.lo = 0;
+    t.hi = 0;
+    if (t.tree)
+      t.hi = t.T < t.i0 + t.ni ? t.T : t.i0 + t.ni;  // tree node j is visible to node i only if j <= i
+    else
+      prefixChunk(t.P, plan.nsplit, t.split, N, t.lo, t.hi);
+    if (t.lo < t.hi)
+      return true;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, t.rows), [&](int r) {
+      ws_lse(wsRow(t.split, t.first_node + r / t.nh, t.h0 + r % t.nh)) = NEG_INF;
+    });
+    return false;
+  }
+};
+
 /// \brief row[c] = tree node \p i (of the request starting at node row \p node0) sees tree node
 /// k0 + c, for c < N (0 past \p nk). full/tree layouts read the mask bytes; parents walks the
 /// ancestor chain of node i (O(depth) per node and tile, no T x T state).
