@@ -199,29 +199,8 @@ KOKKOS_INLINE_FUNCTION uint32_t treeVisibilityWord(VerifyArgs<MemorySpace> const
   int const c0 = 32 * word;
   int const c1 = nk < c0 + 32 ? nk : c0 + 32;
   uint32_t bits = 0;
-  if (c0 >= c1)
-    return 0;
-  if (a.batch.mask_layout == MaskLayout::kParents)
-  {
-    int32_t const *parent = a.tree_parent.data() + node0;
-    // parent[k] < k on valid trees; the guard stops a malformed chain instead of looping.
-    for (int64_t k = i; k >= k0 + c0;)
-    {
-      if (k < k0 + c1)
-        bits |= 1u << (k - k0 - c0);
-      int64_t const p = parent[k];
-      if (p >= k)
-        break;
-      k = p;
-    }
-  }
-  else
-  {
-    bool const full = a.batch.mask_layout == MaskLayout::kFull;
-    int64_t const base = a.mask_indptr(b) + (full ? i * (P + T) + P : i * T) + k0;
-    for (int c = c0; c < c1; ++c)
-      bits |= (a.custom_mask(base + c) != 0 ? 1u : 0u) << (c - c0);
-  }
+  if (c0 < c1)
+    forVisibleTreeKeys(a, b, node0, P, T, i, k0, c0, c1, [&](int c) { bits |= 1u << (c - c0); });
   return bits;
 }
 

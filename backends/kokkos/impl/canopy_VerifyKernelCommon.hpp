@@ -165,23 +165,21 @@ struct RowTileKernelBase
   }
 };
 
-/// \brief row[c] = tree node \p i (of the request starting at node row \p node0) sees tree node
-/// k0 + c, for c < N (0 past \p nk). full/tree layouts read the mask bytes; parents walks the
-/// ancestor chain of node i (O(depth) per node and tile, no T x T state).
-template <int N, class MemorySpace>
-KOKKOS_INLINE_FUNCTION void treeVisibilityRow(VerifyArgs<MemorySpace> const &a, int b, int64_t node0, int64_t P,
-                                              int64_t T, int64_t i, int64_t k0, int nk, uint8_t *row)
+/// \brief Calls visible(c) for each c in [c0, c1) for which tree node \p i (of the request
+/// starting at node row \p node0) sees tree node k0 + c. full/tree layouts read the mask bytes;
+/// parents walks the ancestor chain of node i (O(depth) per node and tile, no T x T state).
+template <class MemorySpace, class Visible>
+KOKKOS_INLINE_FUNCTION void forVisibleTreeKeys(VerifyArgs<MemorySpace> const &a, int b, int64_t node0, int64_t P,
+                                               int64_t T, int64_t i, int64_t k0, int c0, int c1, Visible &&visible)
 {
   if (a.batch.mask_layout == MaskLayout::kParents)
   {
-    for (int c = 0; c < N; ++c)
-      row[c] = 0;
     int32_t const *parent = a.tree_parent.data() + node0;
     // parent[k] < k on valid trees; the guard stops a malformed chain instead of looping.
-    for (int64_t k = i; k >= k0;)
+    for (int64_t k = i; k >= k0 + c0;)
     {
-      if (k < k0 + nk)
-        row[k - k0] = 1;
+      if (k < k0 + c1)
+        visible(static_cast<int>(k - k0));
       int64_t const p = parent[k];
       if (p >= k)
         break;
@@ -192,9 +190,20 @@ KOKKOS_INLINE_FUNCTION void treeVisibilityRow(VerifyArgs<MemorySpace> const &a, 
   {
     bool const full = a.batch.mask_layout == MaskLayout::kFull;
     int64_t const base = a.mask_indptr(b) + (full ? i * (P + T) + P : i * T) + k0;
-    for (int c = 0; c < N; ++c)
-      row[c] = c < nk ? a.custom_mask(base + c) : 0;
+    for (int c = c0; c < c1; ++c)
+      if (a.custom_mask(base + c) != 0)
+        visible(c);
   }
+}
+
+/// \brief row[c] = tree node \p i sees tree node k0 + c, for c < N (0 past \p nk).
+template <int N, class MemorySpace>
+KOKKOS_INLINE_FUNCTION void treeVisibilityRow(VerifyArgs<MemorySpace> const &a, int b, int64_t node0, int64_t P,
+                                              int64_t T, int64_t i, int64_t k0, int nk, uint8_t *row)
+{
+  for (int c = 0; c < N; ++c)
+    row[c] = 0;
+  forVisibleTreeKeys(a, b, node0, P, T, i, k0, 0, nk, [&](int c) { row[c] = 1; });
 }
 
 /// \brief Four fp32 lanes, 16-byte aligned: the unit of the streamed kernel's scratch traffic.
