@@ -14,6 +14,7 @@
 #include <Kokkos_Core.hpp>
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -327,64 +328,86 @@ TYPED_TEST(VerifyAttentionKokkos, deviceTileShapeOnTheHost)
   }
 }
 
+/// A row-tile shape's edge cases (which rows, heads and keys each case reaches: the tests' comments)
+/// against fp64, with random values and with peaked scores (q 4x larger: logits spread over several
+/// units), so that a running max that moves between KV tiles, and the rescale it needs, changes the
+/// output well past tolerance if it is wrong.
+struct EdgeCase
+{
+  int batch, heads, tree;
+  int64_t prefix;
+  int nsplit, max_rows;
+};
+
+template <class ExecutionSpace, class Tiles>
+void expectTilesCorrectAtTheirEdges(std::initializer_list<EdgeCase> cases, uint64_t seed)
+{
+  for (EdgeCase const &c : cases)
+    for (MaskLayout m : ALL_LAYOUTS)
+    {
+      SCOPED_TRACE("B=" + std::to_string(c.batch) + " H=" + std::to_string(c.heads) + " T=" + std::to_string(c.tree) +
+                   " P=" + std::to_string(c.prefix) + " " + toString(m));
+      HostProblem p = problemOf(c.batch, c.heads, c.tree, c.prefix, m, ++seed, /*ragged=*/true, /*padded=*/1);
+      expectDeviceShapedTilesCorrect<ExecutionSpace, Impl::TeamTileProducts, Tiles>(p, c.nsplit, c.max_rows);
+      fillRandomValues(p, canopy::test::testSeed(seed + 1000), 4.f, 1.f);
+      SCOPED_TRACE("peaked");
+      expectDeviceShapedTilesCorrect<ExecutionSpace, Impl::TeamTileProducts, Tiles>(p, c.nsplit, c.max_rows);
+    }
+}
+
 /// The streamed kernel's row tiles, head groups and KV tiles at their edges: T spanning several
 /// 4-node row tiles (ragged, with a padded request), heads that do not divide the 32 rows (3:
 /// 10 nodes of 3 heads) and more heads than rows (40: 2 groups of 20), prefixes of 1, 64 and 64 + 1
 /// keys and one of several tiles per split, and a tree part longer than one KV tile (T = 70).
 TYPED_TEST(VerifyAttentionKokkos, streamedTilesAtTheirEdges)
 {
-  struct Case
-  {
-    int batch, heads, tree;
-    int64_t prefix;
-    int nsplit, max_rows;
-  };
-  Case const cases[] = {{3, 8, 9, 1, 1, 0},     {2, 8, 17, 64, 2, 0},   {2, 3, 23, 65, 3, 0},
-                        {1, 40, 5, 130, 2, 0},  {2, 8, 70, 200, 4, 0},  {1, 5, 12, 100, 2, 8},
-                        {1, 8, 9, 300, 1, 0}};
-  uint64_t seed = 40;
-  for (Case const &c : cases)
-    for (MaskLayout m : ALL_LAYOUTS)
-    {
-      SCOPED_TRACE("B=" + std::to_string(c.batch) + " H=" + std::to_string(c.heads) + " T=" + std::to_string(c.tree) +
-                   " P=" + std::to_string(c.prefix) + " " + toString(m));
-      HostProblem p = problemOf(c.batch, c.heads, c.tree, c.prefix, m, ++seed, /*ragged=*/true, /*padded=*/1);
-      expectDeviceShapedTilesCorrect<TypeParam, Impl::TeamTileProducts, StreamedOnHost>(p, c.nsplit, c.max_rows);
-      // Peaked scores (q 4x larger: logits spread over several units), so that a running max that
-      // moves between KV tiles, and the rescale it needs, changes the output well past tolerance.
-      fillRandomValues(p, canopy::test::testSeed(seed + 1000), 4.f, 1.f);
-      SCOPED_TRACE("peaked");
-      expectDeviceShapedTilesCorrect<TypeParam, Impl::TeamTileProducts, StreamedOnHost>(p, c.nsplit, c.max_rows);
-    }
+  expectTilesCorrectAtTheirEdges<TypeParam, StreamedOnHost>({{3, 8, 9, 1, 1, 0},
+                                                             {2, 8, 17, 64, 2, 0},
+                                                             {2, 3, 23, 65, 3, 0},
+                                                             {1, 40, 5, 130, 2, 0},
+                                                             {2, 8, 70, 200, 4, 0},
+                                                             {1, 5, 12, 100, 2, 8},
+                                                             {1, 8, 9, 300, 1, 0}},
+                                                            40);
 }
 
-/// The streamed kernel with two threads per team on a host space: each thread serves 128 of the
-/// 256 work items, so its barriers order real threads (one thread per team cannot miss one).
+/// \p Base's tiles run by teams of two threads (host spaces).
 template <class Base>
 struct TwoThreadTeams : OneThreadTeams<Base>
 {
   static constexpr int TEAM_SIZE = 2;
 };
 
-TYPED_TEST(VerifyAttentionKokkos, streamedTeamsOfTwoHostThreads)
+/// A row-tile kernel (\p Kernel, in tiles \p Tiles of two threads per team) on a host space with
+/// real two-thread teams, so that its barriers order real threads (one thread per team cannot miss
+/// one); skipped where the space offers fewer threads per team, and on devices, which run one
+/// thread per work item (the other cases).
+template <class ExecutionSpace, class Tiles, class Kernel>
+void expectTwoThreadTeamsCorrect(int64_t prefix, uint64_t seed)
 {
-  if constexpr (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename TypeParam::memory_space>::accessible)
-    GTEST_SKIP() << "a device runs the streamed kernel with one thread per work item (the other cases)";
+  if constexpr (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename ExecutionSpace::memory_space>::accessible)
+    GTEST_SKIP() << "a device runs the kernel with one thread per work item (the other cases)";
   else
   {
-    using Tiles = TwoThreadTeams<Impl::StreamedTiles>;
-    int const most = Kokkos::TeamPolicy<TypeParam>(1, 1).team_size_max(
-        Impl::VerifyStreamedKernel<TypeParam, Tiles>{}, Kokkos::ParallelForTag());
+    int const most = Kokkos::TeamPolicy<ExecutionSpace>(1, 1).team_size_max(Kernel{}, Kokkos::ParallelForTag());
     if (most < Tiles::TEAM_SIZE)
-      GTEST_SKIP() << TypeParam::name() << " offers teams of " << most << " thread(s), fewer than 2";
+      GTEST_SKIP() << ExecutionSpace::name() << " offers teams of " << most << " thread(s), fewer than 2";
     for (MaskLayout m : ALL_LAYOUTS)
     {
       SCOPED_TRACE(toString(m));
-      HostProblem p = problemOf(2, 8, 70, 200, m, 60, /*ragged=*/true, /*padded=*/1);
-      fillRandomValues(p, canopy::test::testSeed(61), 4.f, 1.f);
-      expectDeviceShapedTilesCorrect<TypeParam, Impl::TeamTileProducts, Tiles>(p, 3);
+      HostProblem p = problemOf(2, 8, 70, prefix, m, seed, /*ragged=*/true, /*padded=*/1);
+      fillRandomValues(p, canopy::test::testSeed(seed + 1), 4.f, 1.f);
+      expectDeviceShapedTilesCorrect<ExecutionSpace, Impl::TeamTileProducts, Tiles>(p, 3);
     }
   }
+}
+
+/// The streamed kernel with two threads per team on a host space: each thread serves 128 of the
+/// 256 work items.
+TYPED_TEST(VerifyAttentionKokkos, streamedTeamsOfTwoHostThreads)
+{
+  using Tiles = TwoThreadTeams<Impl::StreamedTiles>;
+  expectTwoThreadTeamsCorrect<TypeParam, Tiles, Impl::VerifyStreamedKernel<TypeParam, Tiles>>(200, 60);
 }
 
 /// The sgemm kernel's row tiles, head groups and KV tiles at their edges: T spanning several 8-node
@@ -393,51 +416,22 @@ TYPED_TEST(VerifyAttentionKokkos, streamedTeamsOfTwoHostThreads)
 /// several tiles per split, a tree part longer than one KV tile (T = 140), a small row cap.
 TYPED_TEST(VerifyAttentionKokkos, sgemmTilesAtTheirEdges)
 {
-  struct Case
-  {
-    int batch, heads, tree;
-    int64_t prefix;
-    int nsplit, max_rows;
-  };
-  Case const cases[] = {{3, 8, 9, 1, 1, 0},    {2, 8, 17, 128, 2, 0}, {2, 3, 23, 129, 3, 0}, {1, 70, 3, 130, 2, 0},
-                        {1, 2, 140, 200, 2, 0}, {1, 5, 12, 100, 2, 8}, {1, 8, 9, 400, 1, 0}};
-  uint64_t seed = 140;
-  for (Case const &c : cases)
-    for (MaskLayout m : ALL_LAYOUTS)
-    {
-      SCOPED_TRACE("B=" + std::to_string(c.batch) + " H=" + std::to_string(c.heads) + " T=" + std::to_string(c.tree) +
-                   " P=" + std::to_string(c.prefix) + " " + toString(m));
-      HostProblem p = problemOf(c.batch, c.heads, c.tree, c.prefix, m, ++seed, /*ragged=*/true, /*padded=*/1);
-      expectDeviceShapedTilesCorrect<TypeParam, Impl::TeamTileProducts, SgemmOnHost>(p, c.nsplit, c.max_rows);
-      // Peaked scores: a running max that moves between KV tiles needs the rescale of the output
-      // kept in the workspace, which changes the output well past tolerance if it is wrong.
-      fillRandomValues(p, canopy::test::testSeed(seed + 1000), 4.f, 1.f);
-      SCOPED_TRACE("peaked");
-      expectDeviceShapedTilesCorrect<TypeParam, Impl::TeamTileProducts, SgemmOnHost>(p, c.nsplit, c.max_rows);
-    }
+  expectTilesCorrectAtTheirEdges<TypeParam, SgemmOnHost>({{3, 8, 9, 1, 1, 0},
+                                                          {2, 8, 17, 128, 2, 0},
+                                                          {2, 3, 23, 129, 3, 0},
+                                                          {1, 70, 3, 130, 2, 0},
+                                                          {1, 2, 140, 200, 2, 0},
+                                                          {1, 5, 12, 100, 2, 8},
+                                                          {1, 8, 9, 400, 1, 0}},
+                                                         140);
 }
 
 /// The sgemm kernel with two threads per team on a host space: each serves 64 of the 128 work
-/// items, so its barriers order real threads.
+/// items.
 TYPED_TEST(VerifyAttentionKokkos, sgemmTeamsOfTwoHostThreads)
 {
-  if constexpr (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename TypeParam::memory_space>::accessible)
-    GTEST_SKIP() << "a device runs the sgemm kernel with one thread per work item (the other cases)";
-  else
-  {
-    using Tiles = TwoThreadTeams<Impl::SgemmTiles>;
-    int const most = Kokkos::TeamPolicy<TypeParam>(1, 1).team_size_max(Impl::VerifySgemmKernel<TypeParam, Tiles>{},
-                                                                         Kokkos::ParallelForTag());
-    if (most < Tiles::TEAM_SIZE)
-      GTEST_SKIP() << TypeParam::name() << " offers teams of " << most << " thread(s), fewer than 2";
-    for (MaskLayout m : ALL_LAYOUTS)
-    {
-      SCOPED_TRACE(toString(m));
-      HostProblem p = problemOf(2, 8, 70, 300, m, 160, /*ragged=*/true, /*padded=*/1);
-      fillRandomValues(p, canopy::test::testSeed(161), 4.f, 1.f);
-      expectDeviceShapedTilesCorrect<TypeParam, Impl::TeamTileProducts, Tiles>(p, 3);
-    }
-  }
+  using Tiles = TwoThreadTeams<Impl::SgemmTiles>;
+  expectTwoThreadTeamsCorrect<TypeParam, Tiles, Impl::VerifySgemmKernel<TypeParam, Tiles>>(300, 160);
 }
 
 TYPED_TEST(VerifyAttentionKokkos, sgemmPlanPutsRowTilesInTheLeague)
