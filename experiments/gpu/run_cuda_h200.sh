@@ -39,12 +39,15 @@ if [ "$mode" = checks ]; then
   # big trees one per case and kernel family (--kernel-name; "others" is every other kernel),
   # because one process on a 1024-node case ran past 480 s and its family parts take 20-420 s. CANOPY_SANITIZER_JOBS processes run side
   # by side (default 12; the GPU machine has 16 cores), each under CANOPY_SANITIZER_TIMEOUT seconds
-  # (default 500); CANOPY_SANITIZER_CASES (an extended regex, default all) picks a subset;
+  # (default 500); CANOPY_SANITIZER_CASES (an extended regex, default all) picks a subset and
+  # CANOPY_SANITIZER_EXCLUDE (an extended regex, default none) drops cases from it, so that a sweep
+  # longer than one call splits into calls with disjoint cases;
   # CANOPY_SANITIZER_BUDGET (seconds, optional) bounds the whole sweep: parts still running then
   # are cut, parts not started are listed as such, and the tables are written either way.
   source "$here/experiments/gpu/sanitize_case.sh"
   sanitizer_deadline
-  gtest_cases "$test_bin" | grep -E "${CANOPY_SANITIZER_CASES:-.}" > "$out/cases.txt"
+  gtest_cases "$test_bin" | grep -E "${CANOPY_SANITIZER_CASES:-.}" |
+    { if [ -n "${CANOPY_SANITIZER_EXCLUDE:-}" ]; then grep -vE "$CANOPY_SANITIZER_EXCLUDE"; else cat; fi; } > "$out/cases.txt"
   export test_bin out here
   export families="sm120Kernel sm120WideKernel sm90Kernel sm90SyncKernel flatKernel combineKernel"
   sanitize() {  # tool case [family]: one line, "case | family | summary | exit | seconds"
