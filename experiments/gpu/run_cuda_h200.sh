@@ -64,10 +64,13 @@ if [ "$mode" = checks ]; then
   export -f sanitize
   mapfile -t cases < "$out/cases.txt"
   # memcheck first (seconds per case), then racecheck, its longest parts (the big trees) first. Only
-  # the cases matching CANOPY_SANITIZER_SPLIT (default: the big trees) are split by kernel family:
-  # every part repeats the case's host work (inputs, fp64 reference), and splitting all 50 cases
-  # into 7 parts each left 303 of 350 parts unstarted in a 450 s sweep.
-  split=${CANOPY_SANITIZER_SPLIT:-^BigTrees/}
+  # the cases matching CANOPY_SANITIZER_SPLIT are split by kernel family: every part repeats the
+  # case's host work (inputs, fp64 reference), and splitting all 50 cases into 7 parts each left 303
+  # of 350 parts unstarted in a 450 s sweep. The default splits the cases whose racecheck takes
+  # longest whole: the big trees (690-1,470 s of process time over their parts),
+  # repeatedRunsAreBitIdentical (1,670 s) and the grid's LongP (980 s); whole, the last two were
+  # still running when a 430 s sweep of the other cases ended (docs/results/cuda-sanitizer.md).
+  split=${CANOPY_SANITIZER_SPLIT:-^BigTrees/|repeatedRunsAreBitIdentical|/LongP\$}
   { sed 's/^/memcheck /' "$out/cases.txt"
     for c in $(grep -E "$split" "$out/cases.txt"); do
       for f in $families others; do echo "racecheck $c $f"; done
