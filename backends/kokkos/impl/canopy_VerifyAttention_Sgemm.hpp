@@ -248,7 +248,6 @@ struct VerifySgemmKernel : RowTileKernelBase<typename ExecutionSpace::memory_spa
   using Base::node_capacity;
   using Base::plan;
   using Base::poolRow;
-  using Base::scratch_level;
   using Base::ws_lse;
   using Base::ws_out;
   using Base::wsRow;
@@ -262,10 +261,7 @@ struct VerifySgemmKernel : RowTileKernelBase<typename ExecutionSpace::memory_spa
 
   KOKKOS_FORCEINLINE_FUNCTION void run(Member const &member, Task const &t) const
   {
-    // On a device the level is the constant 0, so that the compiler sees shared memory behind the
-    // pointer (32-bit addresses, shared loads); a runtime level makes every access generic.
-    constexpr bool device = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
-    Scratch const sc(member.team_scratch(device ? 0 : scratch_level).get_shmem_aligned(Scratch::bytes(), 16));
+    Scratch const sc(this->teamScratch(member).get_shmem_aligned(Scratch::bytes(), 16));
     ItemState st[ITEMS_PER_THREAD];
     int const first_item = member.team_rank() * ITEMS_PER_THREAD;
     for (int v = 0; v < ITEMS_PER_THREAD; ++v)

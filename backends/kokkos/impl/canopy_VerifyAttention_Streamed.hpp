@@ -189,7 +189,6 @@ struct VerifyStreamedKernel : RowTileKernelBase<typename ExecutionSpace::memory_
   using Base::node_capacity;
   using Base::plan;
   using Base::poolRow;
-  using Base::scratch_level;
   using Base::ws_lse;
   using Base::ws_out;
   using Base::wsRow;
@@ -203,10 +202,7 @@ struct VerifyStreamedKernel : RowTileKernelBase<typename ExecutionSpace::memory_
 
   KOKKOS_FORCEINLINE_FUNCTION void run(Member const &member, Task const &t) const
   {
-    // On a device the level is the constant 0, so that the compiler sees shared memory behind
-    // the pointer (32-bit addresses, shared loads); a runtime level makes every access generic.
-    constexpr bool device = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
-    Scratch const sc(member.team_scratch(device ? 0 : scratch_level).get_shmem(Scratch::bytes()));
+    Scratch const sc(this->teamScratch(member).get_shmem(Scratch::bytes()));
     ItemState st[ITEMS_PER_THREAD];
     int const first_item = member.team_rank() * ITEMS_PER_THREAD;
     for (int v = 0; v < ITEMS_PER_THREAD; ++v)

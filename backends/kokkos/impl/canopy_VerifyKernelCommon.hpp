@@ -123,6 +123,16 @@ struct RowTileKernelBase
   VerifyPlan plan;
   int scratch_level;  ///< 0 on devices; host spaces may offer less level 0
 
+  /// The team's scratch space at scratch_level. On a device the level is the constant 0, so that
+  /// the compiler sees shared memory behind the pointer (32-bit addresses, shared loads); a
+  /// runtime level makes every access generic.
+  template <class Member>
+  KOKKOS_FORCEINLINE_FUNCTION decltype(auto) teamScratch(Member const &member) const
+  {
+    constexpr bool device = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
+    return member.team_scratch(device ? 0 : scratch_level);
+  }
+
   KOKKOS_INLINE_FUNCTION int64_t wsRow(int split, int64_t node_row, int h) const
   {
     return (static_cast<int64_t>(split) * node_capacity + node_row) * a.batch.num_heads + h;
