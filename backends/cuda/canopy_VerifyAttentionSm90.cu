@@ -211,7 +211,7 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
   {
     // The warpgroup index through a shuffle, so that the compiler sees a warp-uniform branch
     // (setmaxnreg needs one to let the compute side allocate past the launch's 168 registers).
-    int const warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
+    int const warpgroup = sm90::warpUniform(static_cast<int>(threadIdx.x) / 128);
     if (warpgroup >= Cfg::WARPGROUPS)
     {
       sm90::setMaxRegisters<Sm90ProducerConfig::PRODUCER_REGS, false>();
@@ -224,7 +224,7 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
   }
 
   int const tid = threadIdx.x;
-  int const wg = tid >> 7;                   // warpgroup: score keys [32 wg, +32), output columns [256 wg, +256)
+  int const wg = sm90::warpUniform(tid >> 7);  // warpgroup: score keys [32 wg, +32), output columns [256 wg, +256)
   int const wrow = ((tid >> 5) & 3) * 16;    // the warp's 16 rows of the tile
   int const lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   float const scale = p.batch.sm_scale * LOG2E;
