@@ -633,44 +633,14 @@ struct VerifySgemmKernel : RowTileKernelBase<typename ExecutionSpace::memory_spa
   }
 };
 
-/// \brief Enqueues the sgemm split kernel. \pre the plan was made with Tiles; q, the KV pool and
-/// the workspace are 16-byte aligned (checked).
+/// \brief Enqueues the sgemm split kernel. \pre the plan was made with Tiles.
 template <class ExecutionSpace, class Tiles>
 void launchSgemmSplit(ExecutionSpace const &space, VerifyArgs<typename ExecutionSpace::memory_space> const &args,
                       VerifyWorkspace<typename ExecutionSpace::memory_space> const &ws, VerifyPlan const &plan)
 {
-  auto aligned = [](void const *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (!aligned(args.q.data()) || !aligned(args.kv_pool.data()) || !aligned(ws.partial_out.data()))
-    throw Unsupported("kokkos-team (sgemm tiles): q, the KV pool and the workspace must be 16-byte aligned");
-  using Kernel = VerifySgemmKernel<ExecutionSpace, Tiles>;
-  using Policy = decltype(Kokkos::Experimental::require(
-      Kokkos::TeamPolicy<ExecutionSpace, Kokkos::LaunchBounds<Tiles::TEAM_SIZE * Tiles::VECTOR_LENGTH, Tiles::MIN_TEAMS_PER_SM>>(),
-      Kokkos::Experimental::WorkItemProperty::HintLightWeight));
-  constexpr size_t bytes = SgemmScratch<Tiles>::request();
-  Policy policy(space, static_cast<int>(plan.leagueSize()), Tiles::TEAM_SIZE, Tiles::VECTOR_LENGTH);
-  constexpr bool device = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename ExecutionSpace::memory_space>::accessible;
-  Kernel const kernel{{args, ws.partial_out, ws.partial_lse, ws.node_capacity, plan, 0}};
-  if constexpr (device)
-  {
-    // scratch_size_max(0) assumes the largest team; what the launch admits depends on this team's
-    // size, and team_size_max with the scratch set is that check (a team that does not fit gets 0).
-    policy.set_scratch_size(0, Kokkos::PerTeam(bytes));
-    if (policy.team_size_max(kernel, Kokkos::ParallelForTag()) < Tiles::TEAM_SIZE)
-      throw Unsupported("kokkos-team (sgemm tiles): " + std::to_string(bytes) + " bytes of level-0 scratch for a team of " +
-                        std::to_string(Tiles::TEAM_SIZE) + ", more than this device admits");
-    Kokkos::parallel_for("canopy::verifyAttention::split_sgemm", policy, kernel);
-  }
-  else
-  {
-    int const level = bytes <= static_cast<size_t>(policy.scratch_size_max(0)) ? 0 : 1;
-    if (bytes > static_cast<size_t>(policy.scratch_size_max(level)))
-      throw Unsupported("kokkos-team (sgemm tiles): " + std::to_string(bytes) +
-                        " bytes of team scratch, more than this space offers");
-    Kernel host_kernel = kernel;
-    host_kernel.scratch_level = level;
-    Kokkos::parallel_for("canopy::verifyAttention::split_sgemm", policy.set_scratch_size(level, Kokkos::PerTeam(bytes)),
-                         host_kernel);
-  }
+  launchRowTileSplit<VerifySgemmKernel<ExecutionSpace, Tiles>, Tiles>(space, "canopy::verifyAttention::split_sgemm",
+                                                               "kokkos-team (sgemm tiles)", args, ws, plan,
+                                                               SgemmScratch<Tiles>::request());
 }
 } // namespace canopy::Impl
 

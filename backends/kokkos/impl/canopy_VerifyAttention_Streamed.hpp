@@ -511,27 +511,13 @@ struct VerifyStreamedKernel : RowTileKernelBase<typename ExecutionSpace::memory_
   }
 };
 
-/// \brief Enqueues the streamed split kernel. \pre the plan was made with Tiles; q and the KV pool
-/// are 16-byte aligned (checked: every allocator the project uses gives at least that).
+/// \brief Enqueues the streamed split kernel. \pre the plan was made with Tiles.
 template <class ExecutionSpace, class Tiles>
 void launchStreamedSplit(ExecutionSpace const &space, VerifyArgs<typename ExecutionSpace::memory_space> const &args,
                          VerifyWorkspace<typename ExecutionSpace::memory_space> const &ws, VerifyPlan const &plan)
 {
-  auto aligned = [](void const *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (!aligned(args.q.data()) || !aligned(args.kv_pool.data()) || !aligned(ws.partial_out.data()))
-    throw Unsupported("kokkos-team (streamed tiles): q, the KV pool and the workspace must be 16-byte aligned");
-  using Policy = decltype(Kokkos::Experimental::require(
-      Kokkos::TeamPolicy<ExecutionSpace, Kokkos::LaunchBounds<Tiles::TEAM_SIZE * Tiles::VECTOR_LENGTH, Tiles::MIN_TEAMS_PER_SM>>(),
-      Kokkos::Experimental::WorkItemProperty::HintLightWeight));
-  constexpr size_t bytes = StreamedScratch<Tiles>::bytes();
-  Policy policy(space, static_cast<int>(plan.leagueSize()), Tiles::TEAM_SIZE, Tiles::VECTOR_LENGTH);
-  constexpr bool device = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename ExecutionSpace::memory_space>::accessible;
-  int const level = device || bytes <= static_cast<size_t>(policy.scratch_size_max(0)) ? 0 : 1;
-  if (bytes > static_cast<size_t>(policy.scratch_size_max(level)))
-    throw Unsupported("kokkos-team (streamed tiles): " + std::to_string(bytes) +
-                      " bytes of team scratch, more than this space offers");
-  Kokkos::parallel_for(
-      "canopy::verifyAttention::split_streamed", policy.set_scratch_size(level, Kokkos::PerTeam(bytes)),
-      VerifyStreamedKernel<ExecutionSpace, Tiles>{{args, ws.partial_out, ws.partial_lse, ws.node_capacity, plan, level}});
+  launchRowTileSplit<VerifyStreamedKernel<ExecutionSpace, Tiles>, Tiles>(space, "canopy::verifyAttention::split_streamed",
+                                                                  "kokkos-team (streamed tiles)", args, ws, plan,
+                                                                  StreamedScratch<Tiles>::bytes());
 }
 } // namespace canopy::Impl

@@ -1,9 +1,10 @@
 /// \file canopy_VerifyKernelCommon.hpp
 /// \brief What both portable split kernels share: the output sentinels, index arithmetic, the
-/// exp used by the online softmax, 16-byte moves and the bf16 widening.
+/// exp used by the online softmax, 16-byte moves, the bf16 widening and the launch.
 #pragma once
 
 #include "canopy_Bf16.hpp"
+#include "canopy_Error.hpp"
 #include "canopy_VerifyArgs.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
 
 namespace canopy::Impl
 {
@@ -274,5 +276,45 @@ KOKKOS_FORCEINLINE_FUNCTION void widenBf16x8(Bf16x8 const &x, float scale, Float
   }
   lo = a;
   hi = b;
+}
+
+/// \brief Enqueues a row-tile split kernel (the streamed or the sgemm tiles, \p what in errors)
+/// with \p bytes of team scratch per team, after the checks both share: q, the KV pool and the
+/// workspace 16-byte aligned (the kernels move 16 bytes at a time), and the scratch admitted.
+/// Devices take level 0, which the kernels index as shared memory (RowTileKernelBase::teamScratch);
+/// what a launch admits there depends on the team size (Kokkos 4.6 on CUDA: 49,152 - 8 (team size
+/// + 2) bytes, where scratch_size_max(0) assumes a 1024-thread team), and team_size_max with the
+/// scratch set is that rule (0 for a team that does not fit). Host spaces take level 0 when it
+/// fits, else level 1.
+template <class Kernel, class Tiles, class ExecutionSpace>
+void launchRowTileSplit(ExecutionSpace const &space, char const *label, std::string const &what,
+                        VerifyArgs<typename ExecutionSpace::memory_space> const &args,
+                        VerifyWorkspace<typename ExecutionSpace::memory_space> const &ws, VerifyPlan const &plan,
+                        size_t bytes)
+{
+  auto aligned = [](void const *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (!aligned(args.q.data()) || !aligned(args.kv_pool.data()) || !aligned(ws.partial_out.data()))
+    throw Unsupported(what + ": q, the KV pool and the workspace must be 16-byte aligned");
+  using Policy = decltype(Kokkos::Experimental::require(
+      Kokkos::TeamPolicy<ExecutionSpace, Kokkos::LaunchBounds<Tiles::TEAM_SIZE * Tiles::VECTOR_LENGTH, Tiles::MIN_TEAMS_PER_SM>>(),
+      Kokkos::Experimental::WorkItemProperty::HintLightWeight));
+  Policy policy(space, static_cast<int>(plan.leagueSize()), Tiles::TEAM_SIZE, Tiles::VECTOR_LENGTH);
+  constexpr bool device = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename ExecutionSpace::memory_space>::accessible;
+  Kernel kernel{{args, ws.partial_out, ws.partial_lse, ws.node_capacity, plan, 0}};
+  if constexpr (device)
+  {
+    policy.set_scratch_size(0, Kokkos::PerTeam(bytes));
+    if (policy.team_size_max(kernel, Kokkos::ParallelForTag()) < Tiles::TEAM_SIZE)
+      throw Unsupported(what + ": " + std::to_string(bytes) + " bytes of level-0 scratch for a team of " +
+                        std::to_string(Tiles::TEAM_SIZE) + ", more than this device admits");
+  }
+  else
+  {
+    kernel.scratch_level = bytes <= static_cast<size_t>(policy.scratch_size_max(0)) ? 0 : 1;
+    if (bytes > static_cast<size_t>(policy.scratch_size_max(kernel.scratch_level)))
+      throw Unsupported(what + ": " + std::to_string(bytes) + " bytes of team scratch, more than this space offers");
+    policy.set_scratch_size(kernel.scratch_level, Kokkos::PerTeam(bytes));
+  }
+  Kokkos::parallel_for(label, policy, kernel);
 }
 } // namespace canopy::Impl
