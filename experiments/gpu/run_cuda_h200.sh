@@ -14,6 +14,7 @@
 #            results.json (experiments/gpu/compare_builds.py): per (design, shape) the base's best
 #            median and each variant's change against it, then per variant the mean change over
 #            the P >= 16K shapes and its rows that failed.
+#            Beside it sass.md: per build, its kernels' SASS counts (sass_counts below).
 # <bin-dir> holds canopy, canopy_Test_VerifyAttentionCuda and canopy_RacecheckNamedBarrier, <lib-dir>
 # the shared libraries the GPU machine lacks (e.g. libtrilinos_kokkoscore, libtomlplusplus). Numbers
 # from an H200 are an sm_90 proxy for the sm_120 design target.
@@ -27,6 +28,28 @@ test_bin=$bin/canopy_Test_VerifyAttentionCuda
 canopy_bin=$bin/canopy
 here=$(cd "$(dirname "$0")/../.." && pwd)
 configs=$here/experiments/configs
+
+# sass_counts <binary> <arch>: one markdown row per kernel of the binary's cubin for <arch>: SASS
+# instructions, wgmma (HGMMA) and mma.sync (HMMA), ldmatrix, cp.async, the R2UR moves from vector to
+# uniform registers (four per wgmma where its descriptors live in vector registers), and local
+# loads / stores (spills). Nothing when cuobjdump is missing.
+sass_counts() {
+  command -v cuobjdump > /dev/null || return 0
+  echo "| kernel | instructions | HGMMA | HMMA | LDSM | LDGSTS | R2UR | LDL | STL |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+  cuobjdump -sass -arch "$2" "$1" 2>/dev/null | awk '
+    /Function :/ { f = $3; order[++nf] = f; next }
+    f != "" && /\/\*[0-9a-f]+\*\/ / {
+      n[f]++
+      if (/ HGMMA/) wg[f]++; else if (/ HMMA/) mma[f]++
+      if (/ LDSM/) ldsm[f]++
+      if (/ LDGSTS/) gsts[f]++
+      if (/ R2UR /) r2ur[f]++
+      if (/ LDL/) ldl[f]++
+      if (/ STL/) stl[f]++ }
+    END { for (i = 1; i <= nf; i++) { k = order[i]
+      printf "| %s | %d | %d | %d | %d | %d | %d | %d | %d |\n", k, n[k], wg[k], mma[k], ldsm[k], gsts[k], r2ur[k], ldl[k], stl[k] } }'
+}
 
 if [ "$mode" = checks ]; then
   export LC_ALL=C  # one collation for sort and join
@@ -121,7 +144,7 @@ if [ "$mode" = checks ]; then
   cat "$out/reproducer.txt" | tee -a "$out/run.log"
   for arch in sm_90 sm_120; do
     echo "== SASS $arch: instruction counts per kernel" >> "$out/run.log"
-    cuobjdump -sass -arch "$arch" "$canopy_bin" 2>/dev/null | awk '/Function :/{f=$3; n[f]=0} /HMMA/{h[f]++} /LDSM/{l[f]++} /LDGSTS/{g[f]++} /LDL/{ll[f]++} /STL/{s[f]++} /HGMMA|UTMALDG/{w[f]++} END{for (k in n) printf "%-90s HMMA=%d LDSM=%d LDGSTS=%d LDL=%d STL=%d wgmma/tma=%d\n", k, h[k], l[k], g[k], ll[k], s[k], w[k]}' >> "$out/run.log"
+    sass_counts "$canopy_bin" "$arch" >> "$out/run.log"
   done
 elif [ "$mode" = measure ]; then
   { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv; echo; } > "$out/run.log"
@@ -150,6 +173,11 @@ elif [ "$mode" = compare ] && [ $# -ge 2 ]; then
   done | tee "$out/compare.log"
   python3 "$here/experiments/gpu/compare_builds.py" "$out" "${CANOPY_COMPARE_ROUNDS:-2}" "$@" > "$out/compare.md"
   cat "$out/compare.md"
+  # What each build's kernels compiled to, beside their times (CANOPY_COMPARE_ARCH, default sm_90).
+  for v in "$@"; do
+    printf '\n## %s\n\n' "$v"
+    sass_counts "$bin/canopy_$v" "${CANOPY_COMPARE_ARCH:-sm_90}"
+  done > "$out/sass.md"
 else
   echo "usage: $0 checks|measure <bin-dir> <lib-dir> <out-dir> | compare <bin-dir> <lib-dir> <out-dir> base variant..." >&2
   exit 2
