@@ -34,17 +34,17 @@ __device__ __forceinline__ uint64_t smemDescriptor(uint32_t smem_addr, uint32_t 
 
 /// A descriptor moved by \p bytes (a multiple of 16): the start address is its low 14 bits, and no
 /// operand here crosses the 256 KB a 14-bit field of 16-byte units spans. The add is a 32-bit one on
-/// the low word: with a warp-uniform base it stays on the uniform datapath, where a 64-bit add put
-/// every descriptor of the score loop through vector registers and four R2UR moves (16 instructions
-/// per wgmma, the consumers' largest issue cost in the profile of docs/results/cuda-sm90.md).
+/// the low word: with 64-bit adds (and the warpgroup index from threadIdx) the score loop spent 16
+/// instructions per wgmma on its descriptors, the consumers' largest issue cost; now 10
+/// (docs/results/cuda-sm90.md, "Uniform descriptors").
 __device__ __forceinline__ uint64_t advance(uint64_t desc, uint32_t bytes)
 {
   uint32_t const lo = static_cast<uint32_t>(desc) + (bytes >> 4);
   return (desc & 0xFFFFFFFF00000000ull) | lo;
 }
 
-/// \p x broadcast from lane 0: the compiler then treats it as warp-uniform, so values derived from
-/// it (the warpgroup's descriptors) live in uniform registers, which wgmma reads directly.
+/// \p x broadcast from lane 0, so that the compiler knows it is the same in every lane of the warp
+/// (a warp-uniform branch, which setmaxnreg needs).
 __device__ __forceinline__ int warpUniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
 
 /// Orders this warpgroup's register writes before the wgmma that reads or accumulates into them.
