@@ -14,7 +14,7 @@
 #            results.json (experiments/gpu/compare_builds.py): per (design, shape) the base's best
 #            median and each variant's change against it, then per variant the mean change over
 #            the P >= 16K shapes and its rows that failed.
-#            Beside it sass.md: per build, its kernels' SASS counts (sass_counts below).
+#            Beside it sass.md: per build, its kernels' SASS counts (experiments/gpu/sass_counts.sh).
 # <bin-dir> holds canopy, canopy_Test_VerifyAttentionCuda and canopy_RacecheckNamedBarrier, <lib-dir>
 # the shared libraries the GPU machine lacks (e.g. libtrilinos_kokkoscore, libtomlplusplus). Numbers
 # from an H200 are an sm_90 proxy for the sm_120 design target.
@@ -29,27 +29,7 @@ canopy_bin=$bin/canopy
 here=$(cd "$(dirname "$0")/../.." && pwd)
 configs=$here/experiments/configs
 
-# sass_counts <binary> <arch>: one markdown row per kernel of the binary's cubin for <arch>: SASS
-# instructions, wgmma (HGMMA) and mma.sync (HMMA), ldmatrix, cp.async, the R2UR moves from vector to
-# uniform registers (four per wgmma where its descriptors live in vector registers), and local
-# loads / stores (spills). Nothing when cuobjdump is missing.
-sass_counts() {
-  command -v cuobjdump > /dev/null || return 0
-  echo "| kernel | instructions | HGMMA | HMMA | LDSM | LDGSTS | R2UR | LDL | STL |"
-  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-  cuobjdump -sass -arch "$2" "$1" 2>/dev/null | awk '
-    /Function :/ { f = $3; order[++nf] = f; next }
-    f != "" && /\/\*[0-9a-f]+\*\/ / {
-      n[f]++
-      if (/ HGMMA/) wg[f]++; else if (/ HMMA/) mma[f]++
-      if (/ LDSM/) ldsm[f]++
-      if (/ LDGSTS/) gsts[f]++
-      if (/ R2UR /) r2ur[f]++
-      if (/ LDL/) ldl[f]++
-      if (/ STL/) stl[f]++ }
-    END { for (i = 1; i <= nf; i++) { k = order[i]
-      printf "| %s | %d | %d | %d | %d | %d | %d | %d | %d |\n", k, n[k], wg[k], mma[k], ldsm[k], gsts[k], r2ur[k], ldl[k], stl[k] } }'
-}
+source "$here/experiments/gpu/sass_counts.sh"
 
 if [ "$mode" = checks ]; then
   export LC_ALL=C  # one collation for sort and join
