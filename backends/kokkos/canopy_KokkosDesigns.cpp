@@ -37,7 +37,7 @@ constexpr bool ON_CUDA = std::is_same<ExecSpace, Kokkos::Cuda>::value;
 constexpr bool ON_CUDA = false;
 #endif
 /// Whether the default space is a device (GPU tile shapes: streamed by default, sgemm on request).
-constexpr bool DEVICE_SPACE = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+constexpr bool DEVICE_SPACE = Impl::IS_DEVICE_MEMORY<MemSpace>;
 
 /// Which kernel a Kokkos design runs: the dispatch (a specialisation where one serves), the
 /// portable kernel in the space's tiles, or the portable kernel in the sgemm tiles (devices).

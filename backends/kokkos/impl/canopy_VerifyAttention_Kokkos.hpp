@@ -28,7 +28,7 @@ namespace canopy::Impl
 /// are consecutive, exactly as q and out store them. Every KV row of a tile is converted to fp32
 /// once and then used by all the tile's rows, i.e. by every head, not once per head.
 template <class ExecutionSpace,
-          bool HOST = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename ExecutionSpace::memory_space>::accessible>
+          bool HOST = !IS_DEVICE_MEMORY<typename ExecutionSpace::memory_space>>
 struct VerifyTiles
 {
   // Host cores (one team = one thread). Register blocks of 6 rows x 2 packs: 12 accumulators + 2

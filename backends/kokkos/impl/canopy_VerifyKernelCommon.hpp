@@ -20,6 +20,11 @@ constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
 /// A quiet NaN written for a row that sees no key at all (distinct from BF16_POISON, "unwritten").
 constexpr uint16_t BF16_QUIET_NAN = 0x7fc0;
 
+/// Whether \p MemorySpace is a device's (the host cannot read it): GPU tile shapes, level-0 scratch
+/// as shared memory.
+template <class MemorySpace>
+constexpr bool IS_DEVICE_MEMORY = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
+
 KOKKOS_INLINE_FUNCTION constexpr int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 KOKKOS_INLINE_FUNCTION constexpr int64_t roundUp(int64_t a, int64_t b) { return ceilDiv(a, b) * b; }
 KOKKOS_INLINE_FUNCTION constexpr size_t alignedBytes(size_t n) { return (n + 63) / 64 * 64; }
@@ -131,8 +136,7 @@ struct RowTileKernelBase
   template <class Member>
   KOKKOS_FORCEINLINE_FUNCTION decltype(auto) teamScratch(Member const &member) const
   {
-    constexpr bool device = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
-    return member.team_scratch(device ? 0 : scratch_level);
+    return member.team_scratch(IS_DEVICE_MEMORY<MemorySpace> ? 0 : scratch_level);
   }
 
   KOKKOS_INLINE_FUNCTION int64_t wsRow(int split, int64_t node_row, int h) const
@@ -299,9 +303,8 @@ void launchRowTileSplit(ExecutionSpace const &space, char const *label, std::str
       Kokkos::TeamPolicy<ExecutionSpace, Kokkos::LaunchBounds<Tiles::TEAM_SIZE * Tiles::VECTOR_LENGTH, Tiles::MIN_TEAMS_PER_SM>>(),
       Kokkos::Experimental::WorkItemProperty::HintLightWeight));
   Policy policy(space, static_cast<int>(plan.leagueSize()), Tiles::TEAM_SIZE, Tiles::VECTOR_LENGTH);
-  constexpr bool device = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename ExecutionSpace::memory_space>::accessible;
   Kernel kernel{{args, ws.partial_out, ws.partial_lse, ws.node_capacity, plan, 0}};
-  if constexpr (device)
+  if constexpr (IS_DEVICE_MEMORY<typename ExecutionSpace::memory_space>)
   {
     policy.set_scratch_size(0, Kokkos::PerTeam(bytes));
     if (policy.team_size_max(kernel, Kokkos::ParallelForTag()) < Tiles::TEAM_SIZE)
