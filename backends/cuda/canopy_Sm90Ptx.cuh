@@ -35,17 +35,22 @@ __device__ __forceinline__ uint64_t smemDescriptor(uint32_t smem_addr, uint32_t 
 /// A descriptor moved by \p bytes (a multiple of 16): the start address is its low 14 bits, and no
 /// operand here crosses the 256 KB a 14-bit field of 16-byte units spans. The add is a 32-bit one on
 /// the low word: with 64-bit adds (and the warpgroup index from threadIdx) the score loop spent 16
-/// instructions per wgmma on its descriptors, the consumers' largest issue cost; now 10
-/// (docs/results/cuda-sm90.md, "Uniform descriptors").
+/// instructions per wgmma on its descriptors, the consumers' largest issue cost; with this add 10,
+/// and with operands from warpUniform 6, all on the uniform datapath (docs/results/cuda-sm90.md,
+/// "Uniform descriptors").
 __device__ __forceinline__ uint64_t advance(uint64_t desc, uint32_t bytes)
 {
   uint32_t const lo = static_cast<uint32_t>(desc) + (bytes >> 4);
   return (desc & 0xFFFFFFFF00000000ull) | lo;
 }
 
-/// \p x broadcast from lane 0, so that the compiler knows it is the same in every lane of the warp
-/// (a warp-uniform branch, which setmaxnreg needs).
-__device__ __forceinline__ int warpUniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
+/// \p x, the same in every lane of the warp, through a warp reduction (redux.sync), whose result
+/// lands in a uniform register: branches on it are warp-uniform (which setmaxnreg needs) and the
+/// wgmma descriptors derived from it are built on the uniform datapath. A shuffle does not do
+/// that: with the shared base in a vector register, each score wgmma of cuda-sm90 moved its two
+/// descriptors over with four R2UR.
+__device__ __forceinline__ uint32_t warpUniform(uint32_t x) { return __reduce_or_sync(0xffffffffu, x); }
+__device__ __forceinline__ int warpUniform(int x) { return static_cast<int>(warpUniform(static_cast<uint32_t>(x))); }
 
 /// Orders this warpgroup's register writes before the wgmma that reads or accumulates into them.
 __device__ __forceinline__ void wgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }

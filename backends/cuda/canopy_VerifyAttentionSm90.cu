@@ -190,9 +190,12 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
   TileInfo *const info_w = smemAt<TileInfo>(smem, Smem::info);
   TileInfo const volatile *const info = info_w;
   TileSmem const sm{smemAt<uint64_t>(smem, Smem::vis), smemAt<int64_t>(smem, Smem::ring), info_w};
-  uint32_t const q_base = smemAddr(smemAt<unsigned char>(smem, Smem::q));
-  uint32_t const kv_base = smemAddr(smemAt<unsigned char>(smem, Smem::kv));
-  uint32_t const p_base = smemAddr(smemAt<unsigned char>(smem, Smem::p));
+  // The window's shared address in a uniform register (warpUniform): every wgmma descriptor below
+  // derives from it, so the score loop builds them on the uniform datapath.
+  uint32_t const smem_base = sm90::warpUniform(smemAddr(smem));
+  uint32_t const q_base = smem_base + Smem::q.offset;
+  uint32_t const kv_base = smem_base + Smem::kv.offset;
+  uint32_t const p_base = smem_base + Smem::p.offset;
 
   StageBarriers const bars{smemAddr(smemAt<unsigned char>(smem, Smem::bars))};
 
