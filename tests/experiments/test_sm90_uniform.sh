@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# cuda-sm90's kernels as ptxas compiles them, counted from the cubin (experiments/gpu/cubin_classes.py):
+# 40 wgmma per tile loop (36 score k-steps, 4 P.V k-steps), no spills, and the wgmma descriptors on
+# the uniform datapath: at most 8 R2UR per kernel (with the shared base in a vector register the
+# producer kernel had 153, four per score wgmma). Also: the tool refuses a file that is not an sm_90 cubin.
+# Usage: test_sm90_uniform.sh <nvcc> <source-dir>
+set -euo pipefail
+nvcc=$1 src=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$nvcc" -I"$src/backends/cuda" -I"$src/core" -O3 -DNDEBUG -std=c++17 --expt-relaxed-constexpr \
+  -gencode=arch=compute_90a,code=sm_90a -x cu -cubin "$src/backends/cuda/canopy_VerifyAttentionSm90.cu" -o "$work/sm90.cubin"
+/usr/bin/python3 "$src/experiments/gpu/cubin_classes.py" "$work/sm90.cubin" --kernel 'sm90(Sync)?Kernel' > "$work/table.md"
+cat "$work/table.md"
+awk -F'|' 'NR > 2 { n++
+  if ($4 + 0 != 40) { print "FAIL: " $2 " has " $4 + 0 " HGMMA, expected 40"; bad = 1 }
+  if ($8 + 0 > 8) { print "FAIL: " $2 " has " $8 + 0 " R2UR: wgmma descriptors built in vector registers"; bad = 1 }
+  if ($9 + 0 != 0) { print "FAIL: " $2 " loads from local memory (" $9 + 0 " LDL): spills"; bad = 1 } }
+  END { if (n != 4) { print "FAIL: " n + 0 " sm90 kernels, expected 4"; bad = 1 }; exit bad }' "$work/table.md"
+if /usr/bin/python3 "$src/experiments/gpu/cubin_classes.py" "$src/README.md" > /dev/null 2>&1; then
+  echo "FAIL: a README accepted as a cubin"; exit 1
+fi
+echo "ok"
