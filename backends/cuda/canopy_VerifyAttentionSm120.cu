@@ -41,6 +41,23 @@ __global__ void __launch_bounds__(WideConfig::THREADS, 1) sm120WideKernel(Verify
 /// (read from qo_indptr at run time) exit.
 constexpr int COMBINE_COLS = 4;
 constexpr int COMBINE_THREADS = D_V / COMBINE_COLS;
+constexpr int COMBINE_BATCH = 8;  ///< splits whose partials a thread has in flight together
+
+/// Four consecutive columns of a partial row as floats (fp32 or bf16 partials).
+template <class PartialT>
+__device__ __forceinline__ float4 loadPartial4(PartialT const *src)
+{
+  if constexpr (sizeof(PartialT) == 4)
+    return *reinterpret_cast<float4 const *>(src);
+  else
+  {
+    uint2 const raw = *reinterpret_cast<uint2 const *>(src);
+    float2 const a = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const *>(&raw.x));
+    float2 const b = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const *>(&raw.y));
+    return float4{a.x, a.y, b.x, b.y};
+  }
+}
+
 template <class PartialT>
 __global__ void __launch_bounds__(COMBINE_THREADS) combineKernel(VerifyParams const p)
 {
@@ -61,25 +78,29 @@ __global__ void __launch_bounds__(COMBINE_THREADS) combineKernel(VerifyParams co
   SoftmaxState st;
   for (int s = 0; s < ns; ++s)
     st.m = fmaxf(st.m, lse[s]);
+  // The partials in batches of COMBINE_BATCH splits: all of a batch's loads are issued before its
+  // first weight is used, so a row waits on ns / COMBINE_BATCH memory round trips instead of ~ns / 2
+  // (the loop the compiler unrolled by two); the weights still merge in split order, so the result
+  // is the same bit for bit.
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  for (int s = 0; s < ns; ++s)
+  for (int s0 = 0; s0 < ns; s0 += COMBINE_BATCH)
   {
-    float const ls = lse[s];
-    if (ls == NEG_INF)
-      continue;  // empty split: its O was never written
-    float const w = st.mergePart(ls);
-    PartialT const *src = static_cast<PartialT const *>(p.partial_o) + (row * ns + s) * D_V + c;
-    if constexpr (sizeof(PartialT) == 4)
+    float ls[COMBINE_BATCH];
+    float4 v[COMBINE_BATCH];
+#pragma unroll
+    for (int k = 0; k < COMBINE_BATCH; ++k)
     {
-      float4 const v = *reinterpret_cast<float4 const *>(src);
-      acc[0] += w * v.x, acc[1] += w * v.y, acc[2] += w * v.z, acc[3] += w * v.w;
+      ls[k] = s0 + k < ns ? lse[s0 + k] : NEG_INF;
+      PartialT const *src = static_cast<PartialT const *>(p.partial_o) + (row * ns + s0 + k) * D_V + c;
+      v[k] = ls[k] == NEG_INF ? float4{} : loadPartial4(src);
     }
-    else
+#pragma unroll
+    for (int k = 0; k < COMBINE_BATCH; ++k)
     {
-      uint2 const raw = *reinterpret_cast<uint2 const *>(src);
-      float2 const a = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const *>(&raw.x));
-      float2 const bb = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const *>(&raw.y));
-      acc[0] += w * a.x, acc[1] += w * a.y, acc[2] += w * bb.x, acc[3] += w * bb.y;
+      if (ls[k] == NEG_INF)
+        continue;  // empty split (or past ns): its O was never written, nor read
+      float const w = st.mergePart(ls[k]);
+      acc[0] += w * v[k].x, acc[1] += w * v[k].y, acc[2] += w * v[k].z, acc[3] += w * v[k].w;
     }
   }
   float const inv = 1.f / st.l;  // 0 visible keys cannot happen (a node sees itself); 0/0 = NaN if it did
