@@ -8,7 +8,7 @@ listings of canopy's kernels (138 opcodes), no value of those bits stood for two
 classes sass_counts.sh reports can be counted from the cubin's `.text.<kernel>` sections directly,
 and they match cuobjdump's counts for every kernel of canopy's sm_90 and sm_90a cubins.
 
-Usage: cubin_classes.py <file.cubin> [--kernel REGEX]
+Usage: cubin_classes.py <file.cubin> [--kernel REGEX] [--gaps]
   (make the cubin with `nvcc -cubin -gencode=arch=compute_90a,code=sm_90a ...`)
 Prints the markdown table of sass_counts.sh: instructions, HGMMA, HMMA, LDSM, LDGSTS, R2UR, LDL, STL.
 Exit 2 for a file that is not an sm_90 cubin.
@@ -43,6 +43,13 @@ def sm_version(data):
     return (flags >> 8) & 0xFF
 
 
+def hgmma_gaps(body):
+    """Instructions between consecutive HGMMA of one kernel (the issue cost around each wgmma)."""
+    at = [off // 16 for off in range(0, len(body) - 15, 16)
+          if SM90_OPCODES.get(struct.unpack_from("<Q", body, off)[0] & 0xFFF) == "HGMMA"]
+    return [b - a - 1 for a, b in zip(at, at[1:])]
+
+
 def counts(data, kernel=None):
     """[(kernel, instructions, {class: count})] in section order."""
     rows = []
@@ -65,6 +72,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cubin")
     ap.add_argument("--kernel", help="only kernels whose mangled name matches this regex")
+    ap.add_argument("--gaps", action="store_true",
+                    help="also the instructions between consecutive HGMMA per kernel (a run of equal gaps is a "
+                         "wgmma loop; e.g. cuda-sm90's score loop: 6 per wgmma)")
     a = ap.parse_args()
     try:
         data = open(a.cubin, "rb").read()
@@ -78,8 +88,24 @@ def main():
         return 2
     print("| kernel | instructions | " + " | ".join(CLASSES) + " |")
     print("|---|" + "---:|" * (len(CLASSES) + 1))
-    for k, n, c in counts(data, a.kernel):
+    rows = counts(data, a.kernel)
+    for k, n, c in rows:
         print(f"| {k} | {n} | " + " | ".join(str(c[x]) for x in CLASSES) + " |")
+    if a.gaps:
+        print()
+        print("| kernel | instructions between consecutive HGMMA (run-length: gap x count) |")
+        print("|---|---|")
+        bodies = dict((name[len(".text."):], body) for name, body in sections(data) if name.startswith(".text."))
+        for k, _, c in rows:
+            if not c["HGMMA"]:
+                continue
+            runs = []
+            for g in hgmma_gaps(bodies[k]):
+                if runs and runs[-1][0] == g:
+                    runs[-1][1] += 1
+                else:
+                    runs.append([g, 1])
+            print(f"| {k} | " + ", ".join(f"{g}x{m}" if m > 1 else str(g) for g, m in runs) + " |")
     return 0
 
 

@@ -17,6 +17,12 @@ awk -F'|' 'NR > 2 { n++
   if ($8 + 0 > 8) { print "FAIL: " $2 " has " $8 + 0 " R2UR: wgmma descriptors built in vector registers"; bad = 1 }
   if ($9 + 0 != 0) { print "FAIL: " $2 " loads from local memory (" $9 + 0 " LDL): spills"; bad = 1 } }
   END { if (n != 4) { print "FAIL: " n + 0 " sm90 kernels, expected 4"; bad = 1 }; exit bad }' "$work/table.md"
+# --gaps: one row of HGMMA gaps per sm90 kernel, whose runs account for its 39 gaps (40 HGMMA).
+/usr/bin/python3 "$src/experiments/gpu/cubin_classes.py" "$work/sm90.cubin" --kernel 'sm90(Sync)?Kernel' --gaps |
+  awk -F'|' '/instructions between/ { on = 1; next } on && /sm90/ { n++; split($3, runs, ","); t = 0
+    for (i in runs) { m = split(runs[i], gx, "x"); t += (m == 2 ? gx[2] : 1) }
+    if (t != 39) { print "FAIL: " $2 " has " t " HGMMA gaps, expected 39"; bad = 1 } }
+    END { if (n != 4) { print "FAIL: " n + 0 " gap rows, expected 4"; bad = 1 }; exit bad }'
 if /usr/bin/python3 "$src/experiments/gpu/cubin_classes.py" "$src/README.md" > /dev/null 2>&1; then
   echo "FAIL: a README accepted as a cubin"; exit 1
 fi
