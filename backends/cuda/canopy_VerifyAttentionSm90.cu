@@ -212,7 +212,7 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
     return;  // CTA-uniform, before any barrier but beginTile's own (which publishes the mbarriers)
   if constexpr (PRODUCER)
   {
-    // The warpgroup index through a shuffle, so that the compiler sees a warp-uniform branch
+    // The warpgroup index through warpUniform, so that the compiler sees a warp-uniform branch
     // (setmaxnreg needs one to let the compute side allocate past the launch's 168 registers).
     int const warpgroup = sm90::warpUniform(static_cast<int>(threadIdx.x) / 128);
     if (warpgroup >= Cfg::WARPGROUPS)
