@@ -43,29 +43,24 @@ def sm_version(data):
     return (flags >> 8) & 0xFF
 
 
-def hgmma_gaps(body):
-    """Instructions between consecutive HGMMA of one kernel (the issue cost around each wgmma)."""
-    at = [off // 16 for off in range(0, len(body) - 15, 16)
-          if SM90_OPCODES.get(struct.unpack_from("<Q", body, off)[0] & 0xFFF) == "HGMMA"]
-    return [b - a - 1 for a, b in zip(at, at[1:])]
-
-
-def counts(data, kernel=None):
-    """[(kernel, instructions, {class: count})] in section order."""
-    rows = []
+def kernels(data, kernel=None):
+    """[(kernel, [class or None per instruction])] in section order, for the kernels matching \p kernel."""
+    out = []
     for name, body in sections(data):
         if not name.startswith(".text."):
             continue
         k = name[len(".text."):]
         if kernel and not re.search(kernel, k):
             continue
-        c = dict.fromkeys(CLASSES, 0)
-        for off in range(0, len(body) - 15, 16):
-            cls = SM90_OPCODES.get(struct.unpack_from("<Q", body, off)[0] & 0xFFF)
-            if cls:
-                c[cls] += 1
-        rows.append((k, len(body) // 16, c))
-    return rows
+        out.append((k, [SM90_OPCODES.get(struct.unpack_from("<Q", body, off)[0] & 0xFFF)
+                        for off in range(0, len(body) - 15, 16)]))
+    return out
+
+
+def hgmma_gaps(classes):
+    """Instructions between consecutive HGMMA of one kernel (the issue cost around each wgmma)."""
+    at = [i for i, c in enumerate(classes) if c == "HGMMA"]
+    return [b - a - 1 for a, b in zip(at, at[1:])]
 
 
 def main():
@@ -74,7 +69,7 @@ def main():
     ap.add_argument("--kernel", help="only kernels whose mangled name matches this regex")
     ap.add_argument("--gaps", action="store_true",
                     help="also the instructions between consecutive HGMMA per kernel (a run of equal gaps is a "
-                         "wgmma loop; e.g. cuda-sm90's score loop: 6 per wgmma)")
+                         "wgmma loop; e.g. cuda-sm90's score loop: 5x35)")
     a = ap.parse_args()
     try:
         data = open(a.cubin, "rb").read()
@@ -86,21 +81,20 @@ def main():
         print(f"cubin_classes: {a.cubin}: not an sm_90 cubin (ELF e_flags say sm {sm}); the opcode table is sm_90's",
               file=sys.stderr)
         return 2
+    rows = kernels(data, a.kernel)
     print("| kernel | instructions | " + " | ".join(CLASSES) + " |")
     print("|---|" + "---:|" * (len(CLASSES) + 1))
-    rows = counts(data, a.kernel)
-    for k, n, c in rows:
-        print(f"| {k} | {n} | " + " | ".join(str(c[x]) for x in CLASSES) + " |")
+    for k, classes in rows:
+        print(f"| {k} | {len(classes)} | " + " | ".join(str(classes.count(x)) for x in CLASSES) + " |")
     if a.gaps:
         print()
         print("| kernel | instructions between consecutive HGMMA (run-length: gap x count) |")
         print("|---|---|")
-        bodies = dict((name[len(".text."):], body) for name, body in sections(data) if name.startswith(".text."))
-        for k, _, c in rows:
-            if not c["HGMMA"]:
+        for k, classes in rows:
+            if "HGMMA" not in classes:
                 continue
             runs = []
-            for g in hgmma_gaps(bodies[k]):
+            for g in hgmma_gaps(classes):
                 if runs and runs[-1][0] == g:
                     runs[-1][1] += 1
                 else:
