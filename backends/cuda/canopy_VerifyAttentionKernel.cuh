@@ -172,6 +172,16 @@ __device__ __forceinline__ T *smemAt(unsigned char *base, SmemRegion r)
 /// A plan's end within the 99 KB a block may use on sm_120 (opt-in limit, enforced on every GPU).
 constexpr bool fitsSm120(SmemRegion last) { return last.end() <= static_cast<int>(SMEM_LIMIT); }
 
+/// What a tile config does with the dead KV tiles of its split (markLiveTiles): run them masked
+/// (kRun), or stop after the last live one (kTrim: free in the KV loop, which only gets a smaller
+/// tile count). Skipping the dead tiles before it as well cost cuda-sm90 1-3% per tile where nothing
+/// was dead (docs/results/dead-tiles.md).
+enum class DeadTiles
+{
+  kRun,
+  kTrim,
+};
+
 // ---------------------------------------------------------------------------------------------
 // Tile configuration. ROW_GROUPS row groups of 16 (node, head) rows; KSPLIT warps per row group:
 // warp (rg, kh) holds Q columns [576/KSPLIT kh, +576/KSPLIT) as A fragments and owns a 1/KSPLIT
@@ -207,6 +217,9 @@ struct TileConfig
   static constexpr int KV_ROW_BYTES = (D_QK + 8) * 2;
   static constexpr int V_ROW_BYTES = (D_V + 8) * 2;
   static constexpr int KV_STAGES = SEPARATE_V ? 1 : 2;
+  /// The pipelined tiles stop after the split's last tile that a row of the CTA sees; the flat
+  /// tile (SEPARATE_V, the SGLang-order baseline) runs every tile.
+  static constexpr DeadTiles DEAD_TILES = SEPARATE_V ? DeadTiles::kRun : DeadTiles::kTrim;
   static constexpr int KV_STAGE_BYTES = N_TILE * KV_ROW_BYTES;
   static constexpr int Q_STAGE_BYTES = M_TILE * KV_ROW_BYTES;  // Q is staged through the KV stages once
   static constexpr int KV_BYTES = KV_STAGES * KV_STAGE_BYTES > Q_STAGE_BYTES ? KV_STAGES * KV_STAGE_BYTES : Q_STAGE_BYTES;
@@ -265,9 +278,11 @@ struct TileInfo
 {
   int64_t qo0;
   int64_t mask0;  ///< mask_indptr[b] (full/tree layouts)
+  uint64_t live_bits;  ///< markLiveTiles: bit i set when KV tile first + i holds a key a row of the CTA sees
   int kv0, P, T, s0, s1, node_lo, nodes, tree_too_big, mt, split;
   int vis_lo, vis_end, vis_stride;  ///< the visibility window in place (VisWindow)
 };
+static_assert(sizeof(TileInfo) <= 128, "TileInfo fits every tile's INFO_BYTES");
 
 /// Shared-memory areas every tile kernel has besides its K/V stages.
 struct TileSmem
@@ -363,6 +378,69 @@ __device__ __forceinline__ void buildVisibility(VerifyParams const &p, uint64_t 
   }
 }
 
+/// A tile config's DEAD_TILES (kRun when it names none).
+template <class Cfg, class = void>
+struct DeadTilesOf
+{
+  static constexpr DeadTiles value = DeadTiles::kRun;
+};
+template <class Cfg>
+struct DeadTilesOf<Cfg, std::void_t<decltype(Cfg::DEAD_TILES)>>
+{
+  static constexpr DeadTiles value = Cfg::DEAD_TILES;
+};
+
+/// Dead KV tiles: a tile of tree keys none of which is visible to a node of the CTA. A node sees
+/// only itself and its ancestors (parent[i] < i), so the keys past the CTA's last node are dead, and
+/// a row tile of a 1024-node DDTree-like tree sees only a few of the tree's 16 tiles of 64 keys
+/// (experiments/model/dead_tiles.py: stopping after the last live tile keeps 91% of the dense work
+/// at P = 4K and 97% at P = 16K). Marks the tiles from the first visibility window, which must hold
+/// every tree key of the split (else, or with more than 64 tree tiles, every tile stays live):
+/// thread i < 64 tests tile `first` + i against every node's window row, one ballot per warp, ORed
+/// into TileInfo::live_bits. Called by every thread of the CTA after the barrier that published the
+/// window; returns the CTA-uniform end of its live tiles (the last live tile + 1, 0 when none is),
+/// after a second barrier when it marked any.
+template <class Cfg>
+__device__ __forceinline__ int markLiveTiles(TileInfo *info, uint64_t const *vis, VisWindow const win, int P, int s0,
+                                             int s1, int nodes, int ntiles)
+{
+  constexpr int N_TILE = Cfg::N_TILE;
+  static_assert(N_TILE <= 64 && 64 % N_TILE == 0, "a tile's keys lie in at most two 64-bit window words");
+  int const first = (P > s0 ? P - s0 : 0) / N_TILE;  // the first tile with a tree key
+  if (win.end < s1 - P || ntiles - first > 64)
+    return ntiles;  // every tile live
+  int const tid = threadIdx.x;
+  if (tid < 64)
+  {
+    int const j = first + tid;
+    bool live = false;
+    if (j < ntiles)
+    {
+      int const c0 = s0 + j * N_TILE;
+      live = c0 < P;  // prefix keys
+      int const a = c0 - P - win.lo;  // window bit of the tile's first key
+      int const n = (c0 + N_TILE < s1 ? c0 + N_TILE : s1) - P - win.lo - (a > 0 ? a : 0);
+      int const w = a > 0 ? a >> 6 : 0, sh = a > 0 ? a & 63 : 0;
+      uint64_t const keep = n >= 64 ? ~0ull : (1ull << n) - 1ull;
+      for (int li = 0; li < nodes && !live; ++li)
+      {
+        uint64_t const *row = vis + li * win.stride;
+        uint64_t bits = row[w] >> sh;
+        if (sh > 0 && w + 1 < win.stride)
+          bits |= row[w + 1] << (64 - sh);
+        live = (bits & keep) != 0;
+      }
+    }
+    uint32_t const ballot = __ballot_sync(0xffffffffu, live);
+    if ((tid & 31) == 0 && ballot != 0u)  // live_bits was zeroed before the window's barrier
+      atomicOr(reinterpret_cast<unsigned long long *>(&info->live_bits), static_cast<unsigned long long>(ballot)
+                                                                              << (tid & 32));
+  }
+  __syncthreads();
+  uint64_t const bits = info->live_bits;
+  return bits ? first + 64 - __clzll(static_cast<long long>(bits)) : first;
+}
+
 /// Prologue of the tile kernels: the CTA's rows and KV split, Q rows [tile_row0, +M_TILE) staged
 /// at \p q_stage (zero rows past the request), TileInfo, and, where the split reaches the tree
 /// columns, the first visibility window of the CTA's nodes (from the mask bytes or the ancestor
@@ -398,8 +476,8 @@ __device__ __forceinline__ bool beginTile(VerifyParams const &p, int b, int mt, 
   int const s0 = split * chunk;
   int const s1 = s0 + chunk < L ? s0 + chunk : L;
   auto globalRow = [&](int rr) -> int64_t { return Cfg::FOLD_HEADS ? qo0 * H + rr : (qo0 + rr) * H + head; };
-  if (s0 >= s1)
-  {
+  // A split with no key for these rows: lse = -inf, which the combine weights 0.
+  auto emptySplit = [&] {
     for (int r = tid; r < M_TILE; r += THREADS)
     {
       int const rr = tile_row0 + r;
@@ -407,7 +485,9 @@ __device__ __forceinline__ bool beginTile(VerifyParams const &p, int b, int mt, 
         p.partial_lse[globalRow(rr) * nsplit + split] = NEG_INF;
     }
     return false;
-  }
+  };
+  if (s0 >= s1)
+    return emptySplit();
 
   // Producer warps (numbered after the compute threads) stage nothing here.
   bool const computes = ProducerThreads<Cfg>::value == 0 || tid < THREADS;
@@ -448,6 +528,8 @@ __device__ __forceinline__ bool beginTile(VerifyParams const &p, int b, int mt, 
     info->vis_lo = win.lo;
     info->vis_end = win.end;
     info->vis_stride = win.stride;
+    if constexpr (DeadTilesOf<Cfg>::value != DeadTiles::kRun)
+      info->live_bits = 0;  // markLiveTiles ORs into it after the barrier below
   }
   // Built while the Q copy is in flight.
   if (build_vis && computes)
@@ -457,6 +539,13 @@ __device__ __forceinline__ bool beginTile(VerifyParams const &p, int b, int mt, 
   st.rows_in_req = rows_in_req;
   st.tile_row0 = tile_row0;
   st.ntiles = (s1 - s0 + N_TILE - 1) / N_TILE;
+  if constexpr (DeadTilesOf<Cfg>::value != DeadTiles::kRun)
+    if (build_vis)
+    {
+      st.ntiles = markLiveTiles<Cfg>(sm.info, sm.vis, win, P, s0, s1, nodes, st.ntiles);
+      if (st.ntiles == 0)
+        return emptySplit();  // CTA-uniform: every thread read the same bits after the barrier
+    }
   return true;
 }
 

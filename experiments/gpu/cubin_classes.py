@@ -8,7 +8,7 @@ listings of canopy's kernels (138 opcodes), no value of those bits stood for two
 classes sass_counts.sh reports can be counted from the cubin's `.text.<kernel>` sections directly,
 and they match cuobjdump's counts for every kernel of canopy's sm_90 and sm_90a cubins.
 
-Usage: cubin_classes.py <file.cubin> [--kernel REGEX] [--gaps]
+Usage: cubin_classes.py <file.cubin> [--kernel REGEX] [--gaps] [--span]
   (make the cubin with `nvcc -cubin -gencode=arch=compute_90a,code=sm_90a ...`)
 Prints the markdown table of sass_counts.sh: instructions, HGMMA, HMMA, LDSM, LDGSTS, R2UR, LDL, STL.
 Exit 2 for a file that is not an sm_90 cubin.
@@ -70,6 +70,9 @@ def main():
     ap.add_argument("--gaps", action="store_true",
                     help="also the instructions between consecutive HGMMA per kernel (a run of equal gaps is a "
                          "wgmma loop; e.g. cuda-sm90's score loop: 5x35)")
+    ap.add_argument("--span", action="store_true",
+                    help="count only the instructions from a kernel's first HGMMA to its last (its wgmma tile "
+                         "loop; kernels without HGMMA count whole)")
     a = ap.parse_args()
     try:
         data = open(a.cubin, "rb").read()
@@ -85,6 +88,9 @@ def main():
     print("| kernel | instructions | " + " | ".join(CLASSES) + " |")
     print("|---|" + "---:|" * (len(CLASSES) + 1))
     for k, classes in rows:
+        if a.span and "HGMMA" in classes:
+            first = classes.index("HGMMA")
+            classes = classes[first:len(classes) - classes[::-1].index("HGMMA")]
         print(f"| {k} | {len(classes)} | " + " | ".join(str(classes.count(x)) for x in CLASSES) + " |")
     if a.gaps:
         print()

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # cuda-sm90's kernels as ptxas compiles them, counted from the cubin (experiments/gpu/cubin_classes.py):
 # 40 wgmma per tile loop (36 score k-steps, 4 P.V k-steps), no spills, and the wgmma descriptors on
-# the uniform datapath: at most 8 R2UR per kernel (with the shared base in a vector register the
-# producer kernel had 153, four per score wgmma). Also: the tool refuses a file that is not an sm_90 cubin.
+# the uniform datapath: at most 8 R2UR from a kernel's first wgmma to its last (--span: the tile loop;
+# 5 today, 4 of them where the producer kernel steps to the next live tile; with the shared base in a
+# vector register it had ~150, four per score wgmma), and the score loop at 5 instructions per wgmma
+# (a run of at least 33 gaps of 5).
+# Also: the tool refuses a file that is not an sm_90 cubin.
 # Usage: test_sm90_uniform.sh <nvcc> <source-dir>
 set -euo pipefail
 nvcc=$1 src=$2
@@ -11,17 +14,22 @@ trap 'rm -rf "$work"' EXIT
 "$nvcc" -I"$src/backends/cuda" -I"$src/core" -O3 -DNDEBUG -std=c++17 --expt-relaxed-constexpr \
   -gencode=arch=compute_90a,code=sm_90a -x cu -cubin "$src/backends/cuda/canopy_VerifyAttentionSm90.cu" -o "$work/sm90.cubin"
 /usr/bin/python3 "$src/experiments/gpu/cubin_classes.py" "$work/sm90.cubin" --kernel 'sm90(Sync)?Kernel' > "$work/table.md"
-cat "$work/table.md"
+/usr/bin/python3 "$src/experiments/gpu/cubin_classes.py" "$work/sm90.cubin" --kernel 'sm90(Sync)?Kernel' --span > "$work/span.md"
+cat "$work/table.md" "$work/span.md"
 awk -F'|' 'NR > 2 { n++
   if ($4 + 0 != 40) { print "FAIL: " $2 " has " $4 + 0 " HGMMA, expected 40"; bad = 1 }
-  if ($8 + 0 > 8) { print "FAIL: " $2 " has " $8 + 0 " R2UR: wgmma descriptors built in vector registers"; bad = 1 }
   if ($9 + 0 != 0) { print "FAIL: " $2 " loads from local memory (" $9 + 0 " LDL): spills"; bad = 1 } }
   END { if (n != 4) { print "FAIL: " n + 0 " sm90 kernels, expected 4"; bad = 1 }; exit bad }' "$work/table.md"
+awk -F'|' 'NR > 2 && $8 + 0 > 8 { print "FAIL: " $2 " has " $8 + 0 " R2UR in its tile loop: wgmma descriptors built in vector registers"; bad = 1 }
+  END { exit bad }' "$work/span.md"
 # --gaps: one row of HGMMA gaps per sm90 kernel, whose runs account for its 39 gaps (40 HGMMA).
 /usr/bin/python3 "$src/experiments/gpu/cubin_classes.py" "$work/sm90.cubin" --kernel 'sm90(Sync)?Kernel' --gaps |
   awk -F'|' '/instructions between/ { on = 1; next } on && /sm90/ { n++; split($3, runs, ","); t = 0
     for (i in runs) { m = split(runs[i], gx, "x"); t += (m == 2 ? gx[2] : 1) }
-    if (t != 39) { print "FAIL: " $2 " has " t " HGMMA gaps, expected 39"; bad = 1 } }
+    if (t != 39) { print "FAIL: " $2 " has " t " HGMMA gaps, expected 39"; bad = 1 }
+    fives = 0
+    for (i in runs) { m = split(runs[i], gx, "x"); gsub(/ /, "", gx[1]); if (m == 2 && gx[1] == "5" && gx[2] + 0 > fives) fives = gx[2] + 0 }
+    if (fives < 33) { print "FAIL: " $2 " score loop: " $3 ", expected a run of >= 33 gaps of 5"; bad = 1 } }
     END { if (n != 4) { print "FAIL: " n + 0 " gap rows, expected 4"; bad = 1 }; exit bad }'
 if /usr/bin/python3 "$src/experiments/gpu/cubin_classes.py" "$src/README.md" > /dev/null 2>&1; then
   echo "FAIL: a README accepted as a cubin"; exit 1
