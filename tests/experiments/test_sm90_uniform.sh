@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # cuda-sm90's kernels as ptxas compiles them, counted from the cubin (experiments/gpu/cubin_classes.py):
 # 40 wgmma per tile loop (36 score k-steps, 4 P.V k-steps), no spills, and the wgmma descriptors on
-# the uniform datapath: at most 8 R2UR from a kernel's first wgmma to its last (--span: the tile loop;
-# 5 today, 4 of them where the producer kernel steps to the next live tile; with the shared base in a
-# vector register it had ~150, four per score wgmma), and the score loop at 5 instructions per wgmma
-# (a run of at least 33 gaps of 5).
+# the uniform datapath: at most 8 R2UR from a kernel's first wgmma to its last (--span: the tile loop,
+# 1 today; with the shared base in a vector register the producer kernel had ~150, four per score
+# wgmma; the prologue's are not counted, as they move with any change there), and the score loop at
+# 5 instructions per wgmma (a run of at least 33 gaps of 5).
 # Also: the tool refuses a file that is not an sm_90 cubin.
 # Usage: test_sm90_uniform.sh <nvcc> <source-dir>
 set -euo pipefail
