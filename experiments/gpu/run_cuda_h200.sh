@@ -145,13 +145,15 @@ elif [ "$mode" = measure ]; then
   grep -E "exit" "$out/run.log"; cat "$out/peaks.md" "$out/table.md"
 elif [ "$mode" = compare ] && [ $# -ge 2 ]; then
   config=${CANOPY_COMPARE_CONFIG:-$configs/cuda-compare.toml}
+  # compare.md is rewritten after every run (runs still to come count as missing), so a call that
+  # ends early keeps the table of the runs it finished.
   for r in $(seq "${CANOPY_COMPARE_ROUNDS:-2}"); do
     for v in "$@"; do
       timeout 600 "$bin/canopy_$v" run "$config" --out "$out/$v-round$r" --quiet > "$out/$v-round$r.log" 2>&1
       echo "round $r $v exit $?"
+      python3 "$here/experiments/gpu/compare_builds.py" "$out" "${CANOPY_COMPARE_ROUNDS:-2}" "$@" > "$out/compare.md"
     done
   done | tee "$out/compare.log"
-  python3 "$here/experiments/gpu/compare_builds.py" "$out" "${CANOPY_COMPARE_ROUNDS:-2}" "$@" > "$out/compare.md"
   cat "$out/compare.md"
   # What each build's kernels compiled to, beside their times (CANOPY_COMPARE_ARCH, default sm_90).
   for v in "$@"; do
