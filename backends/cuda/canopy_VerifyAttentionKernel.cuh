@@ -413,14 +413,15 @@ __device__ __forceinline__ int markLiveTiles(TileInfo *info, uint64_t const *vis
   if (tid < 64)
   {
     int const j = first + tid;
-    bool live = false;
-    if (j < ntiles)
+    int const c0 = s0 + j * N_TILE;
+    bool live = j < ntiles && c0 < P;  // a tile with prefix keys
+    if (j < ntiles && !live)
     {
-      int const c0 = s0 + j * N_TILE;
-      live = c0 < P;  // prefix keys
-      int const a = c0 - P - win.lo;  // window bit of the tile's first key
-      int const n = (c0 + N_TILE < s1 ? c0 + N_TILE : s1) - P - win.lo - (a > 0 ? a : 0);
-      int const w = a > 0 ? a >> 6 : 0, sh = a > 0 ? a & 63 : 0;
+      // A tree tile: its first key's window bit (>= 0: the window starts at the split's first tree
+      // key) and its keys (<= N_TILE).
+      int const a = c0 - P - win.lo;
+      int const n = (c0 + N_TILE < s1 ? c0 + N_TILE : s1) - c0;
+      int const w = a >> 6, sh = a & 63;
       uint64_t const keep = n >= 64 ? ~0ull : (1ull << n) - 1ull;
       for (int li = 0; li < nodes && !live; ++li)
       {

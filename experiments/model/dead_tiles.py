@@ -9,7 +9,8 @@ its ancestors (parent[i] < i), so a KV tile of N keys holding tree keys none of 
 dead. Per (row tile, KV tile) the model counts:
   dense: every tile of [0, P + T)                         (the kernels before, and cuda-flat)
   trim:  up to the tile holding the row tile's last node  (markLiveTiles' kTrim: the loop stops there)
-  skip:  the prefix tiles plus the tree tiles with a visible key (kSkip)
+  skip:  the prefix tiles plus the tree tiles with a visible key (the skipping schedule that
+         docs/results/dead-tiles.md measured and did not keep)
 and prints trim / dense and skip / dense over all row tiles (the work the step keeps, one split per
 row tile, the tree after a P-key prefix).
 
