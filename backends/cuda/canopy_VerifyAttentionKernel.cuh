@@ -442,6 +442,12 @@ __device__ __forceinline__ int markLiveTiles(TileInfo *info, uint64_t const *vis
   return bits ? first + 64 - __clzll(static_cast<long long>(bits)) : first;
 }
 
+/// beginTile's default first-copies hook: tiles without producer warps copy nothing there.
+struct NoFirstCopies
+{
+  __device__ void operator()(int, int, int, int, int64_t) const {}
+};
+
 /// Prologue of the tile kernels: the CTA's rows and KV split, Q rows [tile_row0, +M_TILE) staged
 /// at \p q_stage (zero rows past the request), TileInfo, and, where the split reaches the tree
 /// columns, the first visibility window of the CTA's nodes (from the mask bytes or the ancestor
@@ -449,9 +455,10 @@ __device__ __forceinline__ int markLiveTiles(TileInfo *info, uint64_t const *vis
 /// carrying mask pointers and offsets in registers. Ends with one __syncthreads. Returns false
 /// (CTA-uniform, before any barrier) when the CTA has nothing to do; an empty split of a live row
 /// writes lse = -inf, which the combine weights 0 and reads no O of.
-template <class Cfg>
+template <class Cfg, class FirstCopies = NoFirstCopies>
 __device__ __forceinline__ bool beginTile(VerifyParams const &p, int b, int mt, int split, int head,
-                                          uint32_t q_stage, TileSmem const &sm, TileSetup &st)
+                                          uint32_t q_stage, TileSmem const &sm, TileSetup &st,
+                                          FirstCopies &&first_copies = {})
 {
   constexpr int THREADS = Cfg::THREADS;
   constexpr int M_TILE = Cfg::M_TILE;
@@ -490,16 +497,22 @@ __device__ __forceinline__ bool beginTile(VerifyParams const &p, int b, int mt, 
   if (s0 >= s1)
     return emptySplit();
 
-  // Producer warps (numbered after the compute threads) stage nothing here.
+  // Producer warps (numbered after the compute threads) issue the split's first KV tile instead
+  // (first_copies(P, s0, s1, kv0, qo0): the split is known before TileInfo is published), so that
+  // it lands while the Q copy does.
   bool const computes = ProducerThreads<Cfg>::value == 0 || tid < THREADS;
   if (computes)
+  {
     forChunks<M_TILE, Cfg::QK_CHUNKS, THREADS>(tid, [&](int r, int ch) {
       int const rr = tile_row0 + r;
       bool const ok = rr < rows_in_req;
       uint16_t const *src = ok ? p.batch.q + globalRow(rr) * p.q_row_stride + ch * 8 : p.batch.q;
       cpAsync16(q_stage + Cfg::qStageOffset(r, ch), src, ok);
     });
-  cpAsyncCommit();
+    cpAsyncCommit();
+  }
+  else
+    first_copies(P, s0, s1, kv0, qo0);
 
   int const node_lo = Cfg::FOLD_HEADS ? tile_row0 / H : tile_row0;
   int node_hi = Cfg::FOLD_HEADS ? (tile_row0 + M_TILE - 1) / H : tile_row0 + M_TILE - 1;

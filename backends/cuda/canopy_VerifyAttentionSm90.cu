@@ -116,37 +116,34 @@ struct StageBarriers
   __device__ __forceinline__ uint32_t empty(int s) const { return base + s * 16 + 8; }
 };
 
-/// The producer warpgroup of cuda-sm90: for each KV tile j, waits until stage j % 2 is empty
-/// (the compute warps finished tile j - 2), copies the tile's 64 rows into it (warp w: rows 16 w ..
-/// 16 w + 15; lane l: chunks l and l + 32 of each row, and rope chunk 64 + l for l < 8; a row's
-/// slot index comes by shuffle from the lane that loaded it), waits for its copies, fences them
-/// for wgmma and arrives on full[j % 2]. The next tile's slot indices load while the copies land.
-__device__ __forceinline__ void produceTiles(VerifyParams const &p, TileInfo const volatile *info, uint32_t kv_base,
-                                             StageBarriers const bars, int ntiles)
+/// What a producer thread copies of the split positions [s0, s1): the slot of position pos
+/// (prefix: kv_indices, tree: out_cache_loc; < 2^32, a host check) and the copies of its warp's
+/// ROWS_PER_WARP rows of a tile (warp w: rows 16 w .. 16 w + 15; lane l: chunks l and l + 32 of each
+/// row, and rope chunk 64 + l for l < 8; a row's slot comes by shuffle from the lane that loaded it).
+struct ProducerCopies
 {
   using Cfg = Sm90ProducerConfig;
-  constexpr int N_TILE = Cfg::N_TILE;
-  constexpr int ROWS = Cfg::ROWS_PER_WARP;
-  int const lane = threadIdx.x & 31;
-  int const row0 = ((threadIdx.x - Cfg::THREADS) >> 5) * ROWS;
-  int const P = info->P, s0 = info->s0, s1 = info->s1, kv0 = info->kv0;
-  int64_t const qo0 = info->qo0;
-  // Slot of split position pos: prefix (kv_indices) then tree (out_cache_loc); < 2^32 (host check).
-  auto slotAt = [&](int pos) -> uint32_t {
+  static constexpr int ROWS = Cfg::ROWS_PER_WARP;
+  VerifyParams const &p;
+  int P, s0, s1, kv0;
+  int64_t qo0;
+  int lane = threadIdx.x & 31;
+  int row0 = ((threadIdx.x - Cfg::THREADS) >> 5) * ROWS;
+
+  /// The slot of row row0 + lane of tile j (lanes >= ROWS repeat a row), 0 past the split.
+  __device__ __forceinline__ uint32_t slotOf(int j) const
+  {
+    int const pos = s0 + j * Cfg::N_TILE + row0 + (lane & (ROWS - 1));
     if (pos >= s1)
       return 0u;
     return static_cast<uint32_t>(pos < P ? p.batch.kv_indices[kv0 + pos] : p.batch.out_cache_loc[qo0 + (pos - P)]);
-  };
-  uint32_t slot_l = slotAt(s0 + row0 + (lane & (ROWS - 1)));  // row row0 + lane of tile 0 (lanes >= ROWS repeat)
-  char const *const pool = reinterpret_cast<char const *>(p.batch.kv_pool);
-  uint32_t const row_bytes = static_cast<uint32_t>(2 * p.kv_row_stride);
-  for (int j = 0; j < ntiles; ++j)
+  }
+  /// This warp's rows of tile j into \p stage (rows past the split zero-filled), one commit group.
+  __device__ __forceinline__ void issue(int j, uint32_t stage, uint32_t slot_l) const
   {
-    int const s = j & 1;
-    if (j >= 2)
-      sm90::mbarrierWait(bars.empty(s), ((j >> 1) - 1) & 1);
-    uint32_t const stage = kv_base + s * Cfg::ROWS_BYTES;
-    int const rows = s1 - s0 - j * N_TILE - row0;
+    char const *const pool = reinterpret_cast<char const *>(p.batch.kv_pool);
+    uint32_t const row_bytes = static_cast<uint32_t>(2 * p.kv_row_stride);
+    int const rows = s1 - s0 - j * Cfg::N_TILE - row0;
 #pragma unroll
     for (int i = 0; i < ROWS; ++i)
     {
@@ -160,7 +157,28 @@ __device__ __forceinline__ void produceTiles(VerifyParams const &p, TileInfo con
         cpAsync16(stage + Cfg::qStageOffset(r, lane + 64), src + (lane + 64) * 16, ok);
     }
     cpAsyncCommit();
-    uint32_t const next = slotAt(s0 + (j + 1) * N_TILE + row0 + (lane & (ROWS - 1)));
+  }
+};
+
+/// The producer warpgroup of cuda-sm90: for each KV tile j, waits until stage j % 2 is empty
+/// (the compute warps finished tile j - 2), copies the tile's 64 rows into it (ProducerCopies),
+/// waits for its copies, fences them for wgmma and arrives on full[j % 2]. The next tile's slot
+/// indices load while the copies land. Tile 0 was issued in the prologue, beside the Q copy
+/// (beginTile's first-copies hook), so its copies have landed by the first iteration.
+__device__ __forceinline__ void produceTiles(VerifyParams const &p, TileInfo const volatile *info, uint32_t kv_base,
+                                             StageBarriers const bars, int ntiles)
+{
+  using Cfg = Sm90ProducerConfig;
+  ProducerCopies const copies{p, info->P, info->s0, info->s1, info->kv0, info->qo0};
+  uint32_t slot_l = 0;
+  for (int j = 0; j < ntiles; ++j)
+  {
+    int const s = j & 1;
+    if (j >= 2)
+      sm90::mbarrierWait(bars.empty(s), ((j >> 1) - 1) & 1);
+    if (j > 0)
+      copies.issue(j, kv_base + s * Cfg::ROWS_BYTES, slot_l);
+    uint32_t const next = copies.slotOf(j + 1);
     cpAsyncWait<0>();
     sm90::fenceProxyAsync();
     sm90::mbarrierArrive(bars.full(s));
@@ -208,7 +226,16 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
       sm90::mbarrierInit(bars.empty(s), Sm90ProducerConfig::EMPTY_ARRIVALS);
     }
   TileSetup st;
-  if (!beginTile<Cfg>(p, b, mt, split, 0, q_base, sm, st))
+  // The producer's first tile goes out beside the Q copy (its landing overlaps Q's); the compute
+  // warps of cuda-sm90-sync copy their first tile after the prologue.
+  auto first_copies = [&](int P, int s0, int s1, int kv0, int64_t qo0) {
+    if constexpr (PRODUCER)
+    {
+      ProducerCopies const copies{p, P, s0, s1, kv0, qo0};
+      copies.issue(0, kv_base, copies.slotOf(0));
+    }
+  };
+  if (!beginTile<Cfg>(p, b, mt, split, 0, q_base, sm, st, first_copies))
     return;  // CTA-uniform, before any barrier but beginTile's own (which publishes the mbarriers)
   if constexpr (PRODUCER)
   {
