@@ -121,6 +121,32 @@ double measureFp32FmaFlops(cudaStream_t stream, double seconds, int reps)
          (medianLaunchMs(stream, reps, "fp32 FMA peak", launch) * 1e-3);
 }
 
+LaunchFloor measureLaunchFloor(cudaStream_t stream, int samples)
+{
+  DeviceInfo const dev = deviceInfo();
+  LaunchFloor f;
+  f.blocks = dev.sm_count;
+  f.smem_bytes = dev.smem_per_block_optin;
+  f.samples = samples;
+  DeviceBuffer<int> sink(static_cast<size_t>(f.blocks));
+  check(prepareLaunchFloorGrid(f.smem_bytes), "prepareLaunchFloorGrid");
+  auto split = [&] {
+    check(launchFloorGrid(f.blocks, LaunchFloor::SPLIT_THREADS, f.smem_bytes, sink.data(), stream), "launchFloorGrid");
+  };
+  auto combine = [&] {
+    check(launchFloorGrid(f.blocks, LaunchFloor::COMBINE_THREADS, sizeof(int), sink.data(), stream), "launchFloorGrid");
+  };
+  L2Flusher flusher;
+  Graph const one = Graph::capture(stream, split);
+  Graph const two = Graph::capture(stream, [&] {
+    split();
+    combine();
+  });
+  f.split_us = timeGraph(one, stream, samples, 5, &flusher).median * 1e3;
+  f.split_combine_us = timeGraph(two, stream, samples, 5, &flusher).median * 1e3;
+  return f;
+}
+
 Peaks measurePeaks(cudaStream_t stream, int gemm_n, size_t copy_bytes, bool quick)
 {
   Peaks p;
@@ -138,20 +164,24 @@ Peaks measurePeaks(cudaStream_t stream, int gemm_n, size_t copy_bytes, bool quic
   p.mma_ldmatrix_flops = measureMmaSyncFlops(stream, MmaFeed::kLdmatrix, 8, sec);
   p.mma_ldmatrix_wide_flops = measureMmaSyncFlops(stream, MmaFeed::kLdmatrixWide, 8, sec);
   p.fp32_fma_flops = measureFp32FmaFlops(stream, sec);
+  p.launch_floor = measureLaunchFloor(stream, quick ? 5 : 50);
   return p;
 }
 
 std::string Peaks::describe() const
 {
-  char buf[640];
+  char buf[900];
   std::snprintf(buf, sizeof(buf),
                 "bf16 GEMM %.1f TFLOP/s (cuBLAS %dx%dx%d, random data, median of 10); D2D copy %.2f TB/s (%.1f GB, "
                 "read + write, median of 10); mma.sync bf16 %.1f TFLOP/s (registers, %d warps/SM, median of 5), "
                 "%.1f TFLOP/s fed by ldmatrix.x4 per 2 mma and %.1f per 4 mma at 8 warps/SM; fp32 FMA %.1f TFLOP/s "
-                "(registers, 64 warps/SM, median of 5)",
+                "(registers, 64 warps/SM, median of 5); launch floor %.1f µs one grid, %.1f µs with a combine grid (%d "
+                "blocks of %d threads and %zu KB shared, graph replay, L2 flushed, median of %d)",
                 bf16_flops * 1e-12, gemm_n, gemm_n, gemm_n, copy_bytes_per_s * 1e-12, copy_bytes / 1e9,
                 mma_sync_flops * 1e-12, mma_sync_warps_per_sm, mma_ldmatrix_flops * 1e-12,
-                mma_ldmatrix_wide_flops * 1e-12, fp32_fma_flops * 1e-12);
+                mma_ldmatrix_wide_flops * 1e-12, fp32_fma_flops * 1e-12, launch_floor.split_us,
+                launch_floor.split_combine_us, launch_floor.blocks, LaunchFloor::SPLIT_THREADS,
+                launch_floor.smem_bytes / 1024, launch_floor.samples);
   return buf;
 }
 void fillRandomValues(CudaBatchStorage &s, uint64_t seed, float q_scale, float kv_scale)

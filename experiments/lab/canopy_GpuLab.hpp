@@ -1,7 +1,8 @@
 /// \file canopy_GpuLab.hpp
 /// \brief Measuring tools for the GPU (not part of any design): device-side random fills, the L2
 /// flusher, the one timed-launch loop (canopy run's samples, timed graph replays), and the peak
-/// probes the roofline uses (cuBLAS bf16 GEMM, device copy, mma.sync with three operand feeds).
+/// probes the roofline uses (cuBLAS bf16 GEMM, device copy, mma.sync with three operand feeds) and
+/// the launch floor of a small step.
 /// Linked by the replay engine (so `canopy run` and `canopy peaks`) and the GPU tests; the designs'
 /// library links none of it (and no cuBLAS).
 #pragma once
@@ -67,6 +68,22 @@ std::vector<double> timedLaunchesMs(cudaStream_t stream, int reps, char const *w
 /// quantiles.
 Summary timeGraph(Graph const &graph, cudaStream_t stream, int samples, int warmup, L2Flusher *flusher);
 
+/// \brief The launch floor of a split design's step: timed graph replays (the L2 flushed before each,
+/// as `canopy run` times a step) of empty grids shaped as the step's kernels: one block per SM of
+/// SPLIT_THREADS threads holding the largest shared-memory request a block may make (the tile
+/// kernels' residency), then, for the second figure, a dependent grid shaped as the combine (one
+/// block of COMBINE_THREADS per SM, no shared memory). No kernel body makes such a step faster.
+struct LaunchFloor
+{
+  static constexpr int SPLIT_THREADS = 384;   ///< cuda-sm90's CTA (two compute warpgroups and a producer)
+  static constexpr int COMBINE_THREADS = 128; ///< the combine's block
+  double split_us = 0;          ///< median µs: the split-shaped grid alone
+  double split_combine_us = 0;  ///< median µs: it and the combine-shaped grid after it
+  int blocks = 0;               ///< blocks per grid (the SM count)
+  size_t smem_bytes = 0;        ///< shared memory per split-shaped block
+  int samples = 0;
+};
+
 /// \brief Peaks measured on this device, in this run, for the roofline bound (docs/design.md §1).
 struct Peaks
 {
@@ -85,6 +102,7 @@ struct Peaks
   /// fp32 FMA from registers (CUDA cores, no tensor cores): the ceiling of the portable Kokkos
   /// kernels, which have no tensor-core abstraction.
   double fp32_fma_flops = 0;
+  LaunchFloor launch_floor;  ///< what a small step cannot go below
   int gemm_n = 0;
   size_t copy_bytes = 0;
   std::string describe() const;
@@ -99,6 +117,8 @@ double measureCopyBandwidth(cudaStream_t stream, size_t bytes = size_t(2) << 30,
 double measureMmaSyncFlops(cudaStream_t stream, MmaFeed feed, int warps_per_sm, double seconds = 5e-3, int reps = 5);
 /// \brief Median of \p reps timed launchFp32FmaPeak calls (8 blocks of 256 threads per SM), in FLOP/s.
 double measureFp32FmaFlops(cudaStream_t stream, double seconds = 5e-3, int reps = 5);
+/// \brief The launch floor, \p samples timed replays of each graph after 5 untimed ones.
+LaunchFloor measureLaunchFloor(cudaStream_t stream, int samples = 50);
 /// \brief All of the above; \p quick shrinks the GEMM, the copy and the mma runs (smoke tests).
 Peaks measurePeaks(cudaStream_t stream, int gemm_n = 8192, size_t copy_bytes = size_t(2) << 30, bool quick = false);
 } // namespace canopy::cuda

@@ -1,6 +1,7 @@
 /// \file canopy_GpuLabKernels.hpp
 /// \brief Launchers of the measuring kernels (plain declarations: included by their .cu files and by
-/// host code): device-side random bf16 fills, the mma.sync and the fp32 FMA peak probes.
+/// host code): device-side random bf16 fills, the mma.sync and the fp32 FMA peak probes, the
+/// launch floor's empty grids.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -36,4 +37,12 @@ size_t mmaSyncPeakSharedBytes(MmaFeed feed);
 cudaError_t launchFp32FmaPeak(int blocks, int threads_per_block, int iters, float *sink, cudaStream_t stream);
 /// \brief FLOPs of one launchFp32FmaPeak call (an FMA counts 2).
 int64_t fp32FmaPeakFlops(int blocks, int threads_per_block, int iters);
+
+/// \brief Allows launchFloorGrid up to \p smem_bytes of dynamic shared memory per block (a function
+/// attribute: call it before a stream capture, not inside one).
+cudaError_t prepareLaunchFloorGrid(size_t smem_bytes);
+/// \brief Enqueues \p blocks empty blocks of \p threads_per_block threads with \p smem_bytes (>= 4,
+/// <= what prepareLaunchFloorGrid allowed) of dynamic shared memory each; block i writes i to
+/// \p sink[i] (the launch floor's grids).
+cudaError_t launchFloorGrid(int blocks, int threads_per_block, size_t smem_bytes, int *sink, cudaStream_t stream);
 } // namespace canopy::cuda

@@ -1,8 +1,10 @@
 /// \file canopy_PeaksCommand.cpp
 /// \brief `canopy peaks [--warps 4,8,12,16] [--quick] [--out peaks.json]`: the ceilings the roofline
 /// uses, measured on this GPU with the probes `canopy run` measures its roofline with (cuBLAS bf16
-/// GEMM, device copy, mma.sync), plus the mma.sync rate per operand feed over warps per SM (where an
-/// sm_120-instruction-set kernel's inner loop tops out). Lab side: built only with the GPU lab.
+/// GEMM, device copy, mma.sync, fp32 FMA) and the launch floor of a small step (empty grids shaped
+/// as a split design's kernels, graph replay), plus the mma.sync rate per operand feed over warps
+/// per SM (where an sm_120-instruction-set kernel's inner loop tops out). Lab side: built only with
+/// the GPU lab.
 #include "canopy_Commands.hpp"
 #include "canopy_Error.hpp"
 #include "canopy_GpuLab.hpp"
@@ -61,7 +63,15 @@ int runPeaks(PeaksFlags const &f)
                 {"mma_sync_tflops", p.mma_sync_flops * 1e-12},
                 {"mma_sync_warps_per_sm", p.mma_sync_warps_per_sm},
                 {"mma_ldmatrix_tflops", p.mma_ldmatrix_flops * 1e-12},
-                {"mma_ldmatrix_wide_tflops", p.mma_ldmatrix_wide_flops * 1e-12}};
+                {"mma_ldmatrix_wide_tflops", p.mma_ldmatrix_wide_flops * 1e-12},
+                {"fp32_fma_tflops", p.fp32_fma_flops * 1e-12},
+                {"launch_floor_us", {{"split", p.launch_floor.split_us},
+                                     {"split_combine", p.launch_floor.split_combine_us},
+                                     {"blocks", p.launch_floor.blocks},
+                                     {"split_threads", cuda::LaunchFloor::SPLIT_THREADS},
+                                     {"combine_threads", cuda::LaunchFloor::COMBINE_THREADS},
+                                     {"smem_bytes", p.launch_floor.smem_bytes},
+                                     {"samples", p.launch_floor.samples}}}};
   j["mma_sync_feeds"] = nlohmann::json::array();
 
   // One block per SM, so warps per SM is exact; each cell is the median of 5 timed launches.
@@ -99,7 +109,7 @@ void addPeaksCommand(CLI::App &app, Action &action)
 {
   auto flags = std::make_shared<PeaksFlags>();
   CLI::App *cmd = app.add_subcommand(
-      "peaks", "Measure this GPU's ceilings (bf16 GEMM, copy, mma.sync) and mma.sync per operand feed over warps per SM");
+      "peaks", "Measure this GPU's ceilings (bf16 GEMM, copy, mma.sync, fp32 FMA, launch floor) and mma.sync per operand feed over warps per SM");
   cmd->add_option("--warps", flags->warps, "warps per SM for the mma.sync feed table (one block per SM)")
       ->delimiter(',')
       ->check(CLI::Range(1, 32));

@@ -133,5 +133,31 @@ TEST(CudaRuntime, mmaSyncPeakIsBelowTheClockBound)
     EXPECT_LT(f, ceiling);
   }
 }
+
+TEST(CudaRuntime, launchFloorRefusesBadSizes)
+{
+  // Checked before any launch, so this runs without a GPU too.
+  int sink = 0;
+  EXPECT_EQ(cuda::launchFloorGrid(0, 128, 4, &sink, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::launchFloorGrid(1, 0, 4, &sink, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::launchFloorGrid(1, 1025, 4, &sink, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::launchFloorGrid(1, 128, 0, &sink, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::launchFloorGrid(1, 128, 4, nullptr, nullptr), cudaErrorInvalidValue);
+}
+
+TEST(CudaRuntime, launchFloorIsAFewMicroseconds)
+{
+  CANOPY_REQUIRE_GPU();
+  cuda::Stream stream;
+  cuda::LaunchFloor const f = cuda::measureLaunchFloor(stream.get(), 5);
+  EXPECT_EQ(f.blocks, cuda::deviceInfo(0).sm_count);
+  EXPECT_EQ(f.samples, 5);
+  // An empty grid's graph replay takes microseconds; a floor of 0 or of a millisecond means the
+  // timing or the graph is wrong.
+  EXPECT_GT(f.split_us, 0.5);
+  EXPECT_LT(f.split_us, 1000.0);
+  EXPECT_GT(f.split_combine_us, 0.5);
+  EXPECT_LT(f.split_combine_us, 1000.0);
+}
 } // namespace
 } // namespace canopy::test
