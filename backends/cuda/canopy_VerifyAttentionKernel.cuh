@@ -839,9 +839,11 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
 
   uint32_t pa[2][4];  // probabilities as bf16 A fragments (k = 32 KV rows = 2 k-steps)
 
-  // Scores for tile j, exchange with the partner warp, mask, online softmax -> pa.
-  auto scoresAndSoftmax = [&](int j, uint32_t kbuf) {
-    float s[4][4];
+  // The tile's stages for one row group (the pipelined loop and the separate-V loop run them in
+  // this order): scores (this warp's KSTEPS k-steps of the 16 x 32 scores), exchange (the KSPLIT
+  // warps' partial scores summed), mask (tree and split-end columns), softmax (online, -> pa), then
+  // PV (accumulatePV, into o) and, after the KV loop, the store (storeRow).
+  auto scores = [&](uint32_t kbuf, float (&s)[4][4]) {
 #pragma unroll
     for (int n = 0; n < 4; ++n)
       s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
@@ -858,6 +860,8 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
         mmaBf16(s[np * 2 + 1], qf[ks], bf[2], bf[3]);
       }
     }
+  };
+  auto exchangeScores = [&](float (&s)[4][4]) {
     // Sum the KSPLIT partial scores in the same order (warp 0's + warp 1's + ...) in every warp of
     // the row group, so all of them hold bit-identical scores and softmax state.
     float4 *mine = xbuf + warp * 4 * 32;
@@ -879,6 +883,8 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
       }
       s[n][0] = acc.x, s[n][1] = acc.y, s[n][2] = acc.z, s[n][3] = acc.w;
     }
+  };
+  auto maskScores = [&](int j, float (&s)[4][4]) {
     int const col0 = info->s0 + j * N_TILE;
     // Masks only where the tile reaches the tree columns or the split's end.
     if (info->P - col0 < N_TILE || info->s1 - col0 < N_TILE)
@@ -894,6 +900,8 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
         for (int e = 0; e < 4; ++e)
           s[n][e] = (vm[e >> 1] >> (n * 8 + (e & 1))) & 1u ? s[n][e] : NEG_INF;
     }
+  };
+  auto softmaxToP = [&](float (&s)[4][4]) {
     // Scores stay unscaled: scale > 0 keeps the max where it is, and the scale is folded into
     // the exponent's FFMA below (16 multiplies per tile fewer).
     float mx[2] = {NEG_INF, NEG_INF};
@@ -942,6 +950,13 @@ __device__ __forceinline__ void verifyTile(VerifyParams const &p, int b, int mt,
       pa[kk][2] = packBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
       pa[kk][3] = packBf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
     }
+  };
+  auto scoresAndSoftmax = [&](int j, uint32_t kbuf) {
+    float s[4][4];
+    scores(kbuf, s);
+    exchangeScores(s);
+    maskScores(j, s);
+    softmaxToP(s);
   };
 
   auto accumulatePV = [&](uint32_t vbuf) {
