@@ -19,9 +19,10 @@ fitted by least squares to the rows of a committed sweep (canopy run results.jso
 NSPLIT; default the cuda-sm90 sweep docs/results/h200-sm90/run11-combine/nsplit.json). It prints the
 fit, each row's prediction, and for each target (B = 1 shapes and the time the issue asks for) the
 best split count and the fixed cost that the target leaves once the tiles and partials are paid.
-With --floor (the launch floor `canopy peaks` measures: graph replay of an empty split grid and an
-empty combine grid) the fixed cost is split into that floor and what the kernels' prologues,
-epilogues and the combine's body add.
+With the launch floor (`canopy peaks` measures it: graph replay of an empty split grid and an empty
+combine grid; `canopy run` records it in its results' environment, where this script finds it, or
+--floor) the fixed cost is split into that floor and what the kernels' prologues, epilogues and the
+combine's body add.
 
     experiments/model/small_batch.py [--results FILE] [--design cuda-sm90] [--floor US]
                                      [--target T,P,US ...] [--sms 132]
@@ -31,6 +32,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -90,8 +92,15 @@ def predict(coef, T, P, H, nsplit, sms):
     return sum(c * f for c, f in zip(coef, features(T, P, H, nsplit, sms)))
 
 
+def launch_floor(peaks):
+    """The split + combine launch floor (us) from a results environment's peaks text, or None."""
+    m = re.search(r"launch floor ([0-9.]+) µs one grid, ([0-9.]+) µs with a combine grid", peaks or "")
+    return float(m.group(2)) if m else None
+
+
 def load(path, design):
-    """(T, P, H, splits, us) of the B = 1 rows of `design` with an explicit split count."""
+    """(T, P, H, splits, us) of the B = 1 rows of `design` with an explicit split count, and the
+    launch floor the run recorded (None where its build did not measure one)."""
     with open(path) as f:
         doc = json.load(f)
     rows = []
@@ -101,7 +110,7 @@ def load(path, design):
         rows.append((r["tree"], r["prefix"], r["heads"], r["nsplit"], r["median_s"] * 1e6))
     if len(rows) < 4:
         raise ValueError(f"{path}: {len(rows)} B = 1 rows of {design} with an explicit NSPLIT; the fit needs 4 or more")
-    return rows
+    return rows, launch_floor(doc.get("environment", {}).get("peaks"))
 
 
 def report(rows, coef, sms, targets, heads, floor):
@@ -150,6 +159,10 @@ def self_test():
             for T in (17, 65) for P in (4096, 16384) for n in (4, 8, 16, 24, 32, 43, 64)]
     got = fit(rows, 132)
     assert all(abs(g - t) < 1e-6 for g, t in zip(got, truth)), got
+    # The floor as `canopy run` records it in its environment's peaks text.
+    assert launch_floor("fp32 FMA 65.3 TFLOP/s (registers); launch floor 4.5 µs one grid, 7.25 µs with a "
+                        "combine grid (132 blocks of 384 threads and 227 KB shared)") == 7.25
+    assert launch_floor("fp32 FMA 65.3 TFLOP/s (registers, 64 warps/SM, median of 5)") is None
     # And it refuses a sweep that cannot separate the terms (one row repeated).
     try:
         fit([(17, 4096, 8, 8, 30.0)] * 5, 132)
@@ -167,7 +180,7 @@ def main(argv):
     ap.add_argument("--design", default="cuda-sm90")
     ap.add_argument("--sms", type=int, default=132)
     ap.add_argument("--heads", type=int, default=8, help="heads of the target shapes")
-    ap.add_argument("--floor", type=float, help="the launch floor in us (canopy peaks)")
+    ap.add_argument("--floor", type=float, help="the launch floor in us (default: the one the run recorded)")
     ap.add_argument("--target", action="append", help="T,P,US (repeatable; default the issue's B = 1 targets)")
     ap.add_argument("--self-test", action="store_true")
     a = ap.parse_args(argv)
@@ -178,12 +191,12 @@ def main(argv):
                    for t in (a.target or DEFAULT_TARGETS)]
         if any(len(t) != 3 for t in targets):
             raise ValueError("a target is T,P,US")
-        rows = load(a.results, a.design)
+        rows, recorded_floor = load(a.results, a.design)
         coef = fit(rows, a.sms)
     except (OSError, ValueError, KeyError) as e:
         print(f"small_batch: {e}", file=sys.stderr)
         return 2
-    report(rows, coef, a.sms, targets, a.heads, a.floor)
+    report(rows, coef, a.sms, targets, a.heads, a.floor if a.floor is not None else recorded_floor)
     return 0
 
 
