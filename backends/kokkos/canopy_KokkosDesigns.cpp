@@ -277,6 +277,15 @@ void registerKokkosDesigns()
 #ifdef CANOPY_HAVE_KOKKOSKERNELS
   registerDesign("kokkos-kk", "as kokkos-team, with the tile products by Kokkos Kernels' batched TeamGemm",
                  [] { return std::make_unique<KokkosDesign<BatchedGemmTiles>>(); });
+  registerDesign("kokkos-kk-unblocked",
+                 "kokkos-kk with TeamGemm's unblocked algorithm (experimental: the Kokkos Kernels variant study)",
+                 [] { return std::make_unique<KokkosDesign<BatchedGemmTilesOf<KkGemm::kTeamUnblocked>>>(); },
+                 /*experimental=*/true);
+  registerDesign("kokkos-kk-teamvector",
+                 "kokkos-kk with TeamVectorGemm (team threads x vector lanes; experimental: the Kokkos Kernels "
+                 "variant study)",
+                 [] { return std::make_unique<KokkosDesign<BatchedGemmTilesOf<KkGemm::kTeamVector>>>(); },
+                 /*experimental=*/true);
 #endif
 }
 } // namespace canopy

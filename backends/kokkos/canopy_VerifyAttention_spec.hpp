@@ -7,6 +7,7 @@
 #include "canopy_Config.hpp"
 #include "canopy_Error.hpp"
 #include "canopy_VerifyArgs.hpp"
+#include "canopy_VerifyFlavors.hpp"
 #include "impl/canopy_VerifyAttention_Kokkos.hpp"
 #ifdef CANOPY_HAVE_KOKKOSKERNELS
 #include "impl/canopy_VerifyAttention_KK.hpp"
@@ -27,16 +28,6 @@ enum class Algo
   Portable
 };
 
-/// Tile-product flavours a design asks for.
-struct TeamTiles  ///< hand-written register blocks: the portable kernel itself (kokkos-team)
-{
-  static constexpr char const *name() { return "kokkos-team"; }
-};
-struct BatchedGemmTiles  ///< Kokkos Kernels' batched team GEMM (kokkos-kk)
-{
-  static constexpr char const *name() { return "kokkos-kk"; }
-};
-
 /// \brief What ran: the path name, and whether it is a fallback from the one asked for.
 struct VerifyPath
 {
@@ -50,8 +41,8 @@ struct verify_spec_avail : std::false_type
 {
 };
 #ifdef CANOPY_HAVE_KOKKOSKERNELS
-template <class ExecutionSpace>
-struct verify_spec_avail<ExecutionSpace, BatchedGemmTiles> : std::true_type
+template <class ExecutionSpace, KkGemm G>
+struct verify_spec_avail<ExecutionSpace, BatchedGemmTilesOf<G>> : std::true_type
 {
 };
 #endif
@@ -70,15 +61,15 @@ struct VerifyAttention
 };
 
 #ifdef CANOPY_HAVE_KOKKOSKERNELS
-template <class ExecutionSpace>
-struct VerifyAttention<ExecutionSpace, BatchedGemmTiles, true>
+template <class ExecutionSpace, KkGemm G>
+struct VerifyAttention<ExecutionSpace, BatchedGemmTilesOf<G>, true>
 {
   using MemorySpace = typename ExecutionSpace::memory_space;
   static VerifyPath run(ExecutionSpace const &space, VerifyArgs<MemorySpace> const &args,
                         VerifyWorkspace<MemorySpace> const &ws, VerifyPlan const &plan)
   {
-    Impl::verifyAttentionKK(space, args, ws, plan);
-    return {BatchedGemmTiles::name(), false};
+    Impl::verifyAttentionKK<ExecutionSpace, G>(space, args, ws, plan);
+    return {BatchedGemmTilesOf<G>::name(), false};
   }
 };
 #endif

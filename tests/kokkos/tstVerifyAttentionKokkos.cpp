@@ -93,13 +93,15 @@ void expectCorrect(HostProblem const &problem, RunOptions const &o = {})
   EXPECT_FALSE(r.path.fallback) << r.path.path;
 }
 
-/// Both tile-product flavours compiled in this build.
+/// Every tile-product flavour compiled in this build (kokkos-kk in its three batched GEMMs).
 template <class ExecutionSpace>
 void expectCorrectAllFlavors(HostProblem const &problem, RunOptions const &o = {})
 {
   expectCorrect<ExecutionSpace, TeamTiles>(problem, o);
 #ifdef CANOPY_HAVE_KOKKOSKERNELS
   expectCorrect<ExecutionSpace, BatchedGemmTiles>(problem, o);
+  expectCorrect<ExecutionSpace, BatchedGemmTilesOf<KkGemm::kTeamUnblocked>>(problem, o);
+  expectCorrect<ExecutionSpace, BatchedGemmTilesOf<KkGemm::kTeamVector>>(problem, o);
 #endif
 }
 
@@ -323,7 +325,10 @@ TYPED_TEST(VerifyAttentionKokkos, deviceTileShapeOnTheHost)
     expectDeviceShapedTilesCorrect<TypeParam, Impl::TeamTileProducts, SgemmOnHost>(p, 4);
     expectDeviceShapedTilesCorrect<TypeParam, Impl::TeamTileProducts, ResidentDeviceOnHost>(p, 4);
 #ifdef CANOPY_HAVE_KOKKOSKERNELS
-    expectDeviceShapedTilesCorrect<TypeParam, Impl::BatchedGemmTileProducts, ResidentDeviceOnHost>(p, 4);
+    expectDeviceShapedTilesCorrect<TypeParam, Impl::BatchedGemmTileProducts<KkGemm::kTeamBlocked>, ResidentDeviceOnHost>(
+        p, 4);
+    expectDeviceShapedTilesCorrect<TypeParam, Impl::BatchedGemmTileProducts<KkGemm::kTeamVector>, ResidentDeviceOnHost>(
+        p, 4);
 #endif
   }
 }
