@@ -20,7 +20,6 @@ enum class KkGemm
 template <KkGemm G>
 struct BatchedGemmTilesOf  ///< Kokkos Kernels' batched GEMM (kokkos-kk and its variants)
 {
-  static constexpr KkGemm GEMM = G;
   static constexpr char const *name()
   {
     return G == KkGemm::kTeamBlocked ? "kokkos-kk" : G == KkGemm::kTeamUnblocked ? "kokkos-kk-unblocked"
