@@ -3,8 +3,9 @@
 
 At B = 1 a step is one grid of (row tiles x splits) CTAs and a combine over the rows' partials.
 With the launcher's split rule (beginTile: chunk = ceil((P + T) / nsplit) rounded up to the KV tile,
-the CTA of split s takes [s * chunk, (s + 1) * chunk)), one CTA per SM (cuda-sm90's 200 KB of shared
-memory) and every CTA of a wave as long as its longest split, the model is
+the CTA of split s takes [s * chunk, (s + 1) * chunk); arch_model.block_tiles replicates it), one
+CTA per SM (cuda-sm90's 200 KB of shared memory) and every CTA of a wave as long as its longest
+split, the model is
 
     t = fixed + per_tile * waves * tiles_per_split + per_mb * partial_mb
 
@@ -36,9 +37,11 @@ import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import arch_model  # noqa: E402  (the launcher's split rule: block_tiles)
+
 DEFAULT_RESULTS = os.path.join(HERE, "..", "..", "docs", "results", "h200-sm90", "run11-combine", "nsplit.json")
-M_TILE = 64     # rows per CTA (heads x nodes folded)
-N_TILE = 64     # keys per KV tile
+SM90 = arch_model.DESIGNS["cuda-sm90"]  # 64-row CTAs (heads x nodes folded), 64-key tiles
 D_V = 512       # value columns: a partial row is D_V floats and its lse
 # The issue-24 targets at B = 1, H = 8: T = 17, P = 16K <= 25 us; 2x the PyTorch reference of the
 # budget study at P = 4K, T = 16 (36.4 us) and P = 16K, T = 16 (63.2 us).
@@ -47,14 +50,12 @@ DEFAULT_TARGETS = ["17,16384,25", "16,4096,18.2", "16,16384,31.6"]
 
 def geometry(T, P, H, nsplit, sms):
     """(row tiles, active splits, tiles per split, waves, partial MB) of a B = 1 step."""
-    L = P + T
-    chunk = math.ceil(L / nsplit)
-    chunk = math.ceil(chunk / N_TILE) * N_TILE
-    active = math.ceil(L / chunk)
-    row_tiles = math.ceil(T * H / M_TILE)
-    waves = math.ceil(row_tiles * active / sms)
+    live = [n for n in arch_model.block_tiles(SM90, 1, T, P, nsplit, H) if n]  # empty splits exit at once
+    row_tiles = math.ceil(T * H / SM90.rows)
+    active = len(live) // row_tiles
+    waves = math.ceil(len(live) / sms)
     partial_mb = T * H * active * (D_V + 1) * 4 / 1e6
-    return row_tiles, active, chunk // N_TILE, waves, partial_mb
+    return row_tiles, active, max(live), waves, partial_mb
 
 
 def features(T, P, H, nsplit, sms):
