@@ -8,7 +8,8 @@ failed run) and prints, per (design, input, options), the base build's best medi
 variant's change against it (best of the rounds: process-to-process spread on the H200 was about
 1%), then per variant the mean change over the shapes with P >= 16K (the targets' range) and the
 rows that failed or are missing. Rows are matched by their fields (design, the input's axes, mask,
-nsplit, workspace, mode), never by their labels.
+nsplit, workspace, mode), never by their labels; an option that varies within the run is named
+beside the input.
 """
 import collections
 import json
@@ -47,14 +48,19 @@ def collect(out, rounds, builds):
 
 def report(out, rounds, base, others):
     medians, shapes, failed = collect(out, rounds, [base] + others)
+    # An option that takes more than one value in the run (an nsplit sweep) is named in the input
+    # column; otherwise rows that differ only in it would read as repeated shapes.
+    varied = [i for i, name in enumerate(OPTIONS)
+              if len({options[i] for (_d, _s, options) in medians}) > 1]
     lines = [f"| design | input | {base} µs (best median) | {' | '.join(others)} |",
              "|---|---|---:|" + "---:|" * len(others)]
-    for (design, shape, _options), by in medians.items():
+    for (design, shape, options), by in medians.items():
         if not by.get(base):
             continue
         b = min(by[base])
         rel = [f"{100 * (min(by[o]) / b - 1):+.1f}%" if by.get(o) else "n/a" for o in others]
-        lines.append(f"| {design} | {shapes[shape].label()} | {b:.1f} | {' | '.join(rel)} |")
+        label = " ".join([shapes[shape].label()] + [f"{OPTIONS[i]}={options[i]}" for i in varied])
+        lines.append(f"| {design} | {label} | {b:.1f} | {' | '.join(rel)} |")
     for o in [base] + others:
         ch = [min(by[o]) / min(by[base]) - 1 for (_d, shape, _o), by in medians.items()
               if shapes[shape].dims.get("P", 0) >= LONG_PREFIX and by.get(o) and by.get(base)]

@@ -14,10 +14,10 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 COMPARE = os.path.join(ROOT, "experiments", "gpu", "compare_builds.py")
 
 
-def row(design, B, T, P, median_us, status="ok"):
+def row(design, B, T, P, median_us, status="ok", nsplit=0):
     return {"design": design, "group": "all", "trace": "", "batch": B, "heads": 8, "tree": T, "prefix": P,
             "ragged": False, "compacted": False, "values": "random", "recorded_values": False, "mask": "tree",
-            "nsplit": 0, "workspace": "persistent", "mode": "graph", "status": status, "samples": 30,
+            "nsplit": nsplit, "workspace": "persistent", "mode": "graph", "status": status, "samples": 30,
             "median_s": median_us * 1e-6}
 
 
@@ -45,6 +45,16 @@ class CompareBuilds(unittest.TestCase):
         # "missing" runs: only the failed row counts.
         self.assertIn("v1: mean -10.0% over 1 shapes with P >= 16K; 1 rows failed or missing", lines)
         self.assertIn("base: base; 0 rows failed or missing", lines)
+
+    def test_an_option_swept_in_the_run_is_named_beside_the_input(self):
+        runs = {("base", 1): [row("cuda-sm90", 1, 17, 16384, 30.0, nsplit=0),
+                              row("cuda-sm90", 1, 17, 16384, 60.0, nsplit=8)],
+                ("v1", 1): [row("cuda-sm90", 1, 17, 16384, 27.0, nsplit=0),
+                            row("cuda-sm90", 1, 17, 16384, 57.0, nsplit=8)]}
+        lines = self.run_compare(runs, 1, ["base", "v1"]).splitlines()
+        self.assertIn("| cuda-sm90 | B=1 H=8 T=17 P=16K nsplit=0 | 30.0 | -10.0% |", lines)
+        self.assertIn("| cuda-sm90 | B=1 H=8 T=17 P=16K nsplit=8 | 60.0 | -5.0% |", lines)
+        # Options the run does not sweep stay out of the label (the tests above: nsplit is 0 throughout).
 
     def test_missing_run_counts_and_variant_without_rows(self):
         runs = {("base", 1): [row("cuda-sm120", 1, 17, 65536, 100.0)]}
