@@ -6,8 +6,10 @@
 /// With a CUDA Kokkos and the CUDA designs in the build, `kokkos-team` reaches the cuda-sm120 tile
 /// kernel through the Kokkos::Cuda specialisation; `kokkos-team-portable` forces the TeamPolicy
 /// kernel on the same space, so both run side by side. On a device space the portable kernel takes
-/// the streamed tiles; `kokkos-team-portable-sgemm` and `-sgemm3` run it in the sgemm tiles (8 x 8
-/// register blocks: up to 1.6x faster on the H200, with up to 3.8x the workspace; kokkos4.md).
+/// the sgemm tiles at 3 teams per SM (8 x 8 register blocks: 1.05-1.61x the streamed tiles on the
+/// H200 at every portability shape, with up to 3.8x their workspace; kokkos4.md);
+/// `kokkos-team-portable-streamed` runs it in the streamed tiles (the lean workspace) and
+/// `kokkos-team-portable-sgemm` in the sgemm tiles at 4 teams per SM.
 #include "canopy_Registry.hpp"
 #include "canopy_VerifyAttention_spec.hpp"
 #ifdef CANOPY_HAVE_CUDA_DESIGNS
@@ -36,17 +38,18 @@ constexpr bool ON_CUDA = std::is_same<ExecSpace, Kokkos::Cuda>::value;
 #else
 constexpr bool ON_CUDA = false;
 #endif
-/// Whether the default space is a device (GPU tile shapes: streamed by default, sgemm on request).
+/// Whether the default space is a device (GPU tile shapes: sgemm at 3 teams per SM by default, the
+/// others on request).
 constexpr bool DEVICE_SPACE = Impl::IS_DEVICE_MEMORY<MemSpace>;
 
 /// Which kernel a Kokkos design runs: the dispatch (a specialisation where one serves), the
-/// portable kernel in the space's tiles, or the portable kernel in the sgemm tiles (devices).
+/// portable kernel in the space's tiles, or the portable kernel in other device tiles.
 enum class KokkosMode
 {
   kAuto,
   kPortable,
-  kPortableSgemm,   ///< devices: the sgemm tiles, 4 teams per SM (Impl::SgemmTiles)
-  kPortableSgemm3   ///< devices: the sgemm tiles at 3 teams per SM (Impl::SgemmTilesThreePerSm)
+  kPortableSgemm,    ///< devices: the sgemm tiles, 4 teams per SM (Impl::SgemmTiles)
+  kPortableStreamed  ///< devices: the streamed tiles (Impl::StreamedTiles), the lean workspace
 };
 
 /// The execution-space instance a run enqueues on. On Kokkos::Cuda it is made once per stream of
@@ -82,7 +85,7 @@ class KokkosDesign final : public Design
 {
 public:
   /// kPortable: the TeamPolicy kernel even where a specialisation serves (Algo::Portable);
-  /// kPortableSgemm, kPortableSgemm3: that kernel in other device tiles than the space's own.
+  /// kPortableSgemm, kPortableStreamed: that kernel in other device tiles than the space's own.
   explicit KokkosDesign(KokkosMode mode = KokkosMode::kAuto)
       : _algo(mode == KokkosMode::kAuto ? Algo::Auto : Algo::Portable), _mode(mode)
   {
@@ -94,8 +97,8 @@ public:
     {
     case KokkosMode::kPortableSgemm:
       return std::string(Flavor::name()) + "-portable-sgemm";
-    case KokkosMode::kPortableSgemm3:
-      return std::string(Flavor::name()) + "-portable-sgemm3";
+    case KokkosMode::kPortableStreamed:
+      return std::string(Flavor::name()) + "-portable-streamed";
     case KokkosMode::kPortable:
       return std::string(Flavor::name()) + "-portable";
     default:
@@ -115,8 +118,8 @@ public:
                        " in this build (strict mode forbids the fallback to " + TeamTiles::name() + ")");
     if (_mode == KokkosMode::kPortableSgemm)
       _plan = planDeviceTiles<Impl::SgemmTiles>(bounds, options.nsplit, options.strict);
-    else if (_mode == KokkosMode::kPortableSgemm3)
-      _plan = planDeviceTiles<Impl::SgemmTilesThreePerSm>(bounds, options.nsplit, options.strict);
+    else if (_mode == KokkosMode::kPortableStreamed)
+      _plan = planDeviceTiles<Impl::StreamedTiles>(bounds, options.nsplit, options.strict);
     else
       _plan = planVerifyFor<ExecSpace, Flavor>(bounds, nsplitFor(bounds, options.nsplit), options.strict, _algo);
     _bounds = bounds;
@@ -152,7 +155,7 @@ public:
   int splits() const override { return _planned ? _plan.nsplit : 0; }
   std::string kernelPaths() const override
   {
-    if (_mode == KokkosMode::kPortableSgemm || _mode == KokkosMode::kPortableSgemm3)
+    if (otherDeviceTiles())
       return std::string(Flavor::name()) + " (" + ExecSpace::name() + " TeamPolicy, " + tilesName() + ")";
     std::string paths = std::string(Flavor::name()) + " (" + ExecSpace::name() + " TeamPolicy)";
     if (verify_spec_avail<ExecSpace, Flavor>::value && ON_CUDA && _algo == Algo::Auto)
@@ -182,9 +185,11 @@ private:
 
   void record(VerifyPath const &p) { _path = p.path; }
 
+  bool otherDeviceTiles() const { return _mode == KokkosMode::kPortableSgemm || _mode == KokkosMode::kPortableStreamed; }
+
   std::string tilesName() const
   {
-    return _mode == KokkosMode::kPortableSgemm ? "sgemm tiles" : "sgemm tiles, 3 teams per SM";
+    return _mode == KokkosMode::kPortableSgemm ? "sgemm tiles, 4 teams per SM" : "streamed tiles";
   }
 
   /// The plan of device tiles other than the space's own (devices only: those designs are
@@ -207,9 +212,9 @@ private:
     {
       if (_mode == KokkosMode::kPortableSgemm)
         Impl::verifyAttentionTeams<ExecSpace, Impl::TeamTileProducts, Impl::SgemmTiles>(space, args, ws, _plan);
-      else if (_mode == KokkosMode::kPortableSgemm3)
-        Impl::verifyAttentionTeams<ExecSpace, Impl::TeamTileProducts, Impl::SgemmTilesThreePerSm>(space, args, ws, _plan);
-      if (_mode == KokkosMode::kPortableSgemm || _mode == KokkosMode::kPortableSgemm3)
+      else if (_mode == KokkosMode::kPortableStreamed)
+        Impl::verifyAttentionTeams<ExecSpace, Impl::TeamTileProducts, Impl::StreamedTiles>(space, args, ws, _plan);
+      if (otherDeviceTiles())
         return {std::string(TeamTiles::name()) + " (" + tilesName() + ")", false};
     }
     return verifyAttention<ExecSpace, Flavor>(space, args, ws, _plan, _algo);
@@ -262,17 +267,16 @@ void registerKokkosDesigns()
                    [] { return std::make_unique<KokkosDesign<TeamTiles>>(KokkosMode::kPortable); });
   if constexpr (DEVICE_SPACE)
     registerDesign("kokkos-team-portable-sgemm",
-                   "the portable TeamPolicy kernel in the sgemm tiles (64 rows, 8 x 8 register blocks, 128-thread "
-                   "teams, 4 per SM) instead of the streamed tiles (32 rows, 2 x 4 score blocks, 256 threads); "
-                   "experimental: 0.91-1.49x the streamed tiles' speed on the H200, with up to 3.8x the workspace",
+                   "the portable TeamPolicy kernel in the sgemm tiles at 4 teams per SM (128 registers, spills) "
+                   "instead of 3; experimental: 0.84-0.98x the default's speed on the H200 (kokkos4.md)",
                    [] { return std::make_unique<KokkosDesign<TeamTiles>>(KokkosMode::kPortableSgemm); },
                    /*experimental=*/true);
   if constexpr (DEVICE_SPACE)
-    registerDesign("kokkos-team-portable-sgemm3",
-                   "the portable TeamPolicy kernel in the sgemm tiles at 3 teams per SM (168 registers, inner loops "
-                   "unrolled by 2); experimental: 1.06-1.60x the streamed tiles' speed on the H200, with up to 3.8x "
-                   "the workspace",
-                   [] { return std::make_unique<KokkosDesign<TeamTiles>>(KokkosMode::kPortableSgemm3); },
+    registerDesign("kokkos-team-portable-streamed",
+                   "the portable TeamPolicy kernel in the streamed tiles (32 rows, 2 x 4 score blocks, 256-thread "
+                   "teams) instead of the sgemm tiles: 0.62-0.95x their speed on the H200, with 0.26-1.0x their "
+                   "workspace",
+                   [] { return std::make_unique<KokkosDesign<TeamTiles>>(KokkosMode::kPortableStreamed); },
                    /*experimental=*/true);
 #ifdef CANOPY_HAVE_KOKKOSKERNELS
   registerDesign("kokkos-kk", "as kokkos-team, with the tile products by Kokkos Kernels' batched TeamGemm",

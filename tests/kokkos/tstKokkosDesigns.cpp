@@ -26,9 +26,9 @@ std::vector<std::string> kokkosDesigns()
   d.push_back("kokkos-kk");
 #endif
   // Registered where they differ from kokkos-team: the portable kernel beside a specialisation,
-  // and the other device tiles (sgemm at 4 and 3 teams per SM) on a device space.
+  // and the other device tiles (sgemm at 4 teams per SM, streamed) on a device space.
   auto const names = designNames();
-  for (char const *n : {"kokkos-team-portable", "kokkos-team-portable-sgemm", "kokkos-team-portable-sgemm3"})
+  for (char const *n : {"kokkos-team-portable", "kokkos-team-portable-sgemm", "kokkos-team-portable-streamed"})
     if (std::find(names.begin(), names.end(), n) != names.end())
       d.push_back(n);
   return d;

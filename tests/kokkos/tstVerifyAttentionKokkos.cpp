@@ -480,6 +480,10 @@ TYPED_TEST(VerifyAttentionKokkos, autoSplitFollowsTheSpace)
   int const h200 = 132 * 2048;
   EXPECT_EQ((Impl::autoNsplit<TypeParam, Impl::StreamedTiles>(PlanBounds{8, 256, 16384, 2048, 8, MaskLayout::kTree}, h200)), 1);
   EXPECT_EQ((Impl::autoNsplit<TypeParam, Impl::StreamedTiles>(PlanBounds{1, 17, 16384, 17, 8, MaskLayout::kTree}, h200)), 64);
+  // The GPU default (sgemm tiles, 64 rows, 128 threads: 256 teams per split at B=8 T=256) as
+  // measured on the H200 (docs/results/kokkos4.md): 4 splits there, the cap of 64 at B=1 T=17.
+  EXPECT_EQ((Impl::autoNsplit<TypeParam, Impl::SgemmTilesThreePerSm>(PlanBounds{8, 256, 16384, 2048, 8, MaskLayout::kTree}, h200)), 4);
+  EXPECT_EQ((Impl::autoNsplit<TypeParam, Impl::SgemmTilesThreePerSm>(PlanBounds{1, 17, 16384, 17, 8, MaskLayout::kTree}, h200)), 64);
 }
 
 // With a long prefix and random values the tree keys carry little of the attention, so a

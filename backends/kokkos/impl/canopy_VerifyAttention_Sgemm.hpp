@@ -94,8 +94,8 @@ struct SgemmTiles
 };
 
 /// \brief The sgemm tiles at 3 teams per SM (<= 168 registers) with the inner loops unrolled by 2
-/// (52 / 68 bytes of spill stores / loads, ptxas, sm_90): fewer warps, more overlap within each. Registered on devices as
-/// kokkos-team-portable-sgemm3, for measuring it beside the default.
+/// (52 / 68 bytes of spill stores / loads, ptxas, sm_90): fewer warps, more overlap within each.
+/// The GPU default (VerifyTiles); SgemmTiles (4 teams per SM) is kokkos-team-portable-sgemm.
 struct SgemmTilesThreePerSm : SgemmTiles
 {
   static constexpr int MIN_TEAMS_PER_SM = 3;
