@@ -50,7 +50,7 @@ def report(out, rounds, base, others):
     medians, shapes, failed = collect(out, rounds, [base] + others)
     # An option that takes more than one value in the run (an nsplit sweep) is named in the input
     # column; otherwise rows that differ only in it would read as repeated shapes.
-    varied = [i for i, name in enumerate(OPTIONS)
+    varied = [i for i in range(len(OPTIONS))
               if len({options[i] for (_d, _s, options) in medians}) > 1]
     lines = [f"| design | input | {base} µs (best median) | {' | '.join(others)} |",
              "|---|---|---:|" + "---:|" * len(others)]
