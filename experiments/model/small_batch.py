@@ -33,12 +33,13 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
 import arch_model  # noqa: E402  (the launcher's split rule: block_tiles)
+from plots.data import launch_floor_us  # noqa: E402  (the floor in a results environment's peaks text)
 
 DEFAULT_RESULTS = os.path.join(HERE, "..", "..", "docs", "results", "h200-sm90", "run11-combine", "nsplit.json")
 SM90 = arch_model.DESIGNS["cuda-sm90"]  # 64-row CTAs (heads x nodes folded), 64-key tiles
@@ -93,12 +94,6 @@ def predict(coef, T, P, H, nsplit, sms):
     return sum(c * f for c, f in zip(coef, features(T, P, H, nsplit, sms)))
 
 
-def launch_floor(peaks):
-    """The split + combine launch floor (us) from a results environment's peaks text, or None."""
-    m = re.search(r"launch floor ([0-9.]+) µs one grid, ([0-9.]+) µs with a combine grid", peaks or "")
-    return float(m.group(2)) if m else None
-
-
 def load(path, design):
     """(T, P, H, splits, us) of the B = 1 rows of `design` with an explicit split count, and the
     launch floor the run recorded (None where its build did not measure one)."""
@@ -111,7 +106,7 @@ def load(path, design):
         rows.append((r["tree"], r["prefix"], r["heads"], r["nsplit"], r["median_s"] * 1e6))
     if len(rows) < 4:
         raise ValueError(f"{path}: {len(rows)} B = 1 rows of {design} with an explicit NSPLIT; the fit needs 4 or more")
-    return rows, launch_floor(doc.get("environment", {}).get("peaks"))
+    return rows, launch_floor_us(doc.get("environment", {}).get("peaks"))
 
 
 def report(rows, coef, sms, targets, heads, floor):
@@ -161,9 +156,9 @@ def self_test():
     got = fit(rows, 132)
     assert all(abs(g - t) < 1e-6 for g, t in zip(got, truth)), got
     # The floor as `canopy run` records it in its environment's peaks text.
-    assert launch_floor("fp32 FMA 65.3 TFLOP/s (registers); launch floor 4.5 µs one grid, 7.25 µs with a "
+    assert launch_floor_us("fp32 FMA 65.3 TFLOP/s (registers); launch floor 4.5 µs one grid, 7.25 µs with a "
                         "combine grid (132 blocks of 384 threads and 227 KB shared)") == 7.25
-    assert launch_floor("fp32 FMA 65.3 TFLOP/s (registers, 64 warps/SM, median of 5)") is None
+    assert launch_floor_us("fp32 FMA 65.3 TFLOP/s (registers, 64 warps/SM, median of 5)") is None
     # And it refuses a sweep that cannot separate the terms (one row repeated).
     try:
         fit([(17, 4096, 8, 8, 30.0)] * 5, 132)

@@ -153,6 +153,15 @@ _PEAK_PATTERNS = {
     "fma": r"fp32 FMA ([\d.]+) TFLOP/s",
     "copy": r"copy ([\d.]+) TB/s",
 }
+# The launch floor of a split step: graph replay of an empty split grid with the combine grid behind it.
+_LAUNCH_FLOOR_PATTERN = r"launch floor [\d.]+ µs one grid, ([\d.]+) µs with a combine grid"
+
+
+def launch_floor_us(peaks_text):
+    """The split + combine launch floor (µs) in an environment's 'peaks' text, or None where the
+    run's build did not measure one."""
+    m = re.search(_LAUNCH_FLOOR_PATTERN, peaks_text or "")
+    return float(m.group(1)) if m else None
 
 
 def _derive(rows, bound_attr, known_flops=None, known_bytes=None):
