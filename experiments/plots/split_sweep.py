@@ -6,13 +6,17 @@ FACTOR x the yardstick design's (at its own split).
 
     split_sweep.py RESULTS.json... [--yardstick cuda-sm120] [--factor 2] [--designs A,B]
 
-Rows are matched by their fields (design, batch, heads, tree, prefix, nsplit), failed rows are left
-out; a shape the yardstick did not run is skipped. Times in ms.
+Rows are matched by their fields (design, batch, heads, tree, prefix, nsplit), rows that did not
+time (plots.data.timed) are left out; a shape the yardstick did not run is skipped. Times in ms.
 """
 import argparse
 import collections
 import json
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from plots import data  # noqa: E402
 
 
 def load(paths):
@@ -21,7 +25,7 @@ def load(paths):
     for path in paths:
         with open(path, encoding="utf-8") as f:
             for r in json.load(f)["rows"]:
-                if r.get("status") == "ok" and r.get("median_s"):
+                if data.timed(r):
                     shapes[(r["batch"], r["heads"], r["tree"], r["prefix"])][(r["design"], r["nsplit"])] = r
     return shapes
 
