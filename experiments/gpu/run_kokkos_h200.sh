@@ -57,12 +57,10 @@ for step in $steps; do
       export -f rc
       source "$here/experiments/gpu/sanitize_case.sh"
       sanitizer_deadline  # CANOPY_SANITIZER_BUDGET, as in run_cuda_h200.sh checks
-      list() { gtest_cases "$cuda_bin/$1" | grep -E "$2" | sed "s|^|$1 |"; }
+      list() { gtest_cases "$cuda_bin/$1" "${3:-}" | grep -E "$2" | sed "s|^|$1 |"; }
       # The Kokkos::Cuda instance of the typed suite, by its TypeParam (its index depends on which
       # host spaces the Kokkos build has).
-      cuda_typed() { "$cuda_bin/$1" --gtest_list_tests |
-                       awk '/^[^ ]/{s=$1; cuda=/TypeParam = Kokkos::Cuda$/} /^  / && cuda {print s $1}' | sed "s|^|$1 |"; }
-      { cuda_typed canopy_Test_VerifyAttentionKokkos
+      { list canopy_Test_VerifyAttentionKokkos . 'TypeParam = Kokkos::Cuda$'
         list canopy_Test_KokkosDesigns .
         list canopy_Test_VerifyAttentionCuda kokkos; } > "$out/cases.txt"
       { sed 's/^/racecheck /' "$out/cases.txt"; sed 's/^/memcheck /' "$out/cases.txt"; } |

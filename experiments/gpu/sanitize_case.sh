@@ -1,8 +1,9 @@
 # Sourced by run_cuda_h200.sh and run_kokkos_h200.sh: the cases of a gtest binary, and one
 # compute-sanitizer run of one case.
-#   gtest_cases <test-binary>: one "Suite.case" per line
+#   gtest_cases <test-binary> [suite-regex]: one "Suite.case" per line; with suite-regex, only the
+#   cases of suites whose listing line matches it (e.g. a typed suite's "TypeParam = Kokkos::Cuda")
 gtest_cases() {
-  "$1" --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}'
+  "$1" --gtest_list_tests | awk -v want="${2:-}" '/^[^ ]/{s=$1; on = $0 ~ want} /^  / && on {print s $1}'
 }
 #   sanitize_case <tool> <timeout-s> <reports-file> <test-binary> <gtest-filter> [sanitizer args...]
 # prints "summary | exit | seconds". The summary is the tool's SUMMARY line, "host-only, no CUDA
