@@ -116,10 +116,9 @@ public:
     if (options.strict && !verifyFlavorCompiled<ExecSpace, Flavor>())
       throw InputError(name() + ": not compiled for " + std::string(ExecSpace::name()) +
                        " in this build (strict mode forbids the fallback to " + TeamTiles::name() + ")");
-    if (_mode == KokkosMode::kPortableSgemm)
-      _plan = planDeviceTiles<Impl::SgemmTiles>(bounds, options.nsplit, options.strict);
-    else if (_mode == KokkosMode::kPortableStreamed)
-      _plan = planDeviceTiles<Impl::StreamedTiles>(bounds, options.nsplit, options.strict);
+    if (otherDeviceTiles())
+      _plan = withOtherDeviceTiles(
+          [&](auto tiles) { return planDeviceTiles<decltype(tiles)>(bounds, options.nsplit, options.strict); });
     else
       _plan = planVerifyFor<ExecSpace, Flavor>(bounds, nsplitFor(bounds, options.nsplit), options.strict, _algo);
     _bounds = bounds;
@@ -192,6 +191,16 @@ private:
     return _mode == KokkosMode::kPortableSgemm ? "sgemm tiles, 4 teams per SM" : "streamed tiles";
   }
 
+  /// Calls \p f with the tiles of an otherDeviceTiles() mode: the one dispatch that plan and
+  /// enqueue share, so a design's plan and its launches always use the same tiles.
+  template <class F>
+  decltype(auto) withOtherDeviceTiles(F &&f) const
+  {
+    if (_mode == KokkosMode::kPortableSgemm)
+      return f(Impl::SgemmTiles{});
+    return f(Impl::StreamedTiles{});
+  }
+
   /// The plan of device tiles other than the space's own (devices only: those designs are
   /// registered nowhere else).
   template <class Tiles>
@@ -210,12 +219,13 @@ private:
   {
     if constexpr (DEVICE_SPACE)
     {
-      if (_mode == KokkosMode::kPortableSgemm)
-        Impl::verifyAttentionTeams<ExecSpace, Impl::TeamTileProducts, Impl::SgemmTiles>(space, args, ws, _plan);
-      else if (_mode == KokkosMode::kPortableStreamed)
-        Impl::verifyAttentionTeams<ExecSpace, Impl::TeamTileProducts, Impl::StreamedTiles>(space, args, ws, _plan);
       if (otherDeviceTiles())
+      {
+        withOtherDeviceTiles([&](auto tiles) {
+          Impl::verifyAttentionTeams<ExecSpace, Impl::TeamTileProducts, decltype(tiles)>(space, args, ws, _plan);
+        });
         return {std::string(TeamTiles::name()) + " (" + tilesName() + ")", false};
+      }
     }
     return verifyAttention<ExecSpace, Flavor>(space, args, ws, _plan, _algo);
   }

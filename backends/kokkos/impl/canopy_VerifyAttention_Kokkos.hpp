@@ -497,14 +497,21 @@ struct VerifySplitKernel
 };
 
 /// \brief Merges the partials of each (node, head): out = sum_s w_s o_s / sum_s w_s with
-/// w_s = exp(lse_s - max lse). One team per node row of the plan bound; rows past sum T return, and
-/// so do rows of requests the split kernel did not cover (b >= max_batch: a batch beyond its plan),
+/// w_s = exp(lse_s - max lse). One team per (node row, head) of the plan bound, so the merge spreads
+/// over the whole device at every batch (one team per node row left 17 teams for B=1, T=17,
+/// each thread walking its columns' partials one load at a time); rows past sum T return, and so
+/// do rows of requests the split kernel did not cover (b >= max_batch: a batch beyond its plan),
 /// which keep whatever the output held instead of being filled from an unwritten workspace.
+/// Stages: the partials' lse into scratch (one load per thread), every thread the same max and
+/// sum from it (in partial order, so the weights are those of a serial merge, bit for bit), the
+/// normalised weights into scratch, then the output columns, CB per thread, from 16-byte loads.
 template <class ExecutionSpace, class Tiles = VerifyTiles<ExecutionSpace>>
 struct VerifyCombineKernel
 {
   using MemorySpace = typename ExecutionSpace::memory_space;
   using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  static constexpr int CB = Tiles::COMBINE_COLS;
+  static_assert(D_V % CB == 0 && CB % 4 == 0, "combine blocks of whole 16-byte units tile the 512 output columns");
 
   VerifyArgs<MemorySpace> a;
   Kokkos::View<float *, MemorySpace> ws_out, ws_lse;
@@ -512,14 +519,16 @@ struct VerifyCombineKernel
   int partials;
   int max_batch;
 
-  KOKKOS_INLINE_FUNCTION static size_t scratchBytes(int num_heads, int num_partials)
-  {
-    return static_cast<size_t>(num_heads) * num_partials * sizeof(float);
-  }
+  /// Scratch of a team: the partials' lse, then their normalised weights.
+  KOKKOS_INLINE_FUNCTION static size_t scratchBytes(int num_partials) { return 2 * static_cast<size_t>(num_partials) * sizeof(float); }
+  /// Teams of a launch: one per (node row, head) of the plan bound.
+  static int64_t leagueSize(VerifyPlan const &plan) { return plan.max_nodes * plan.num_heads; }
 
   KOKKOS_INLINE_FUNCTION void operator()(Member const &member) const
   {
-    int64_t const row = member.league_rank();
+    int const H = a.batch.num_heads;
+    int64_t const row = member.league_rank() / H;
+    int const h = member.league_rank() % H;
     if (row >= a.qo_indptr(a.batch.batch_size))
       return;
     // The request of this row: qo_indptr(b) <= row < qo_indptr(b + 1), by bisection.
@@ -534,51 +543,48 @@ struct VerifyCombineKernel
     }
     if (lo >= max_batch)
       return;
-    int const H = a.batch.num_heads;
-    float *w = static_cast<float *>(member.team_scratch(0).get_shmem(scratchBytes(H, partials)));
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, H), [&](int h) {
-      float mx = NEG_INF;
-      for (int s = 0; s < partials; ++s)
-      {
-        float const lse = ws_lse((s * node_capacity + row) * H + h);
-        mx = lse > mx ? lse : mx;
-      }
-      float sum = 0.f;
-      for (int s = 0; s < partials; ++s)
-      {
-        float const lse = ws_lse((s * node_capacity + row) * H + h);
-        float const e = lse == NEG_INF ? 0.f : Compat::exp(lse - mx);
-        w[h * partials + s] = e;
-        sum += e;
-      }
-      // sum == 0 only if the row sees no key at all (a mask without its diagonal): 0/0 = NaN is
-      // written, as the reference gives, so a check flags it.
-      float const inv = 1.f / sum;
-      for (int s = 0; s < partials; ++s)
-        w[h * partials + s] *= inv;
-    });
+    float *lse = static_cast<float *>(member.team_scratch(0).get_shmem(scratchBytes(partials)));
+    float *w = lse + partials;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, partials),
+                         [&](int s) { lse[s] = ws_lse((s * node_capacity + row) * H + h); });
     member.team_barrier();
-    constexpr int CB = Tiles::COMBINE_COLS;
-    static_assert(D_V % CB == 0, "combine blocks tile the 512 output columns");
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, H * (D_V / CB)), [&](int blk) {
-      int const h = blk / (D_V / CB), c0 = (blk % (D_V / CB)) * CB;
-      float acc[CB];
-      for (int c = 0; c < CB; ++c)
-        acc[c] = 0.f;
+    float mx = NEG_INF;
+    for (int s = 0; s < partials; ++s)
+      mx = lse[s] > mx ? lse[s] : mx;
+    float sum = 0.f;
+    for (int s = 0; s < partials; ++s)
+      sum += lse[s] == NEG_INF ? 0.f : Compat::exp(lse[s] - mx);
+    // sum == 0 only if the row sees no key at all (a mask without its diagonal): 0/0 = NaN is
+    // written, as the reference gives, so a check flags it.
+    float const inv = 1.f / sum;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, partials),
+                         [&](int s) { w[s] = (lse[s] == NEG_INF ? 0.f : Compat::exp(lse[s] - mx)) * inv; });
+    member.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, D_V / CB), [&](int blk) {
+      int const c0 = blk * CB;
+      Float4 acc[CB / 4] = {};
       bool any = false;
+      float const *o = ws_out.data() + (row * H + h) * D_V + c0;
+      int64_t const partial_stride = node_capacity * H * D_V;
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+#pragma unroll 4
+#endif
       for (int s = 0; s < partials; ++s)
       {
-        float const ws = w[h * partials + s];
+        float const ws = w[s];
         if (!(ws > 0.f))
           continue;
         any = true;
-        float const *o = ws_out.data() + ((s * node_capacity + row) * H + h) * D_V + c0;
-        for (int c = 0; c < CB; ++c)
-          acc[c] += ws * o[c];
+        for (int q = 0; q < CB / 4; ++q)
+        {
+          Float4 const x = load16<Float4>(o + s * partial_stride + 4 * q);
+          for (int c = 0; c < 4; ++c)
+            acc[q].v[c] += ws * x.v[c];
+        }
       }
       uint16_t *dst = a.out.data() + (row * H + h) * D_V + c0;
       for (int c = 0; c < CB; ++c)
-        dst[c] = any ? floatToBf16(acc[c]) : BF16_QUIET_NAN;
+        dst[c] = any ? floatToBf16(acc[c / 4].v[c % 4]) : BF16_QUIET_NAN;
     });
   }
 };
@@ -620,10 +626,10 @@ void verifyAttentionTeams(ExecutionSpace const &space, VerifyArgs<typename Execu
                          split_policy.set_scratch_size(level, Kokkos::PerTeam(bytes)), split);
   }
 
-  size_t const cbytes = VerifyCombineKernel<ExecutionSpace, Tiles>::scratchBytes(plan.num_heads, plan.numPartials());
-  Policy combine_policy(space, static_cast<int>(plan.max_nodes), Tiles::COMBINE_TEAM_SIZE);
-  VerifyCombineKernel<ExecutionSpace, Tiles> combine{args, ws.partial_out, ws.partial_lse, ws.node_capacity,
-                                                     plan.numPartials(), plan.max_batch};
+  using Combine = VerifyCombineKernel<ExecutionSpace, Tiles>;
+  size_t const cbytes = Combine::scratchBytes(plan.numPartials());
+  Policy combine_policy(space, static_cast<int>(Combine::leagueSize(plan)), Tiles::COMBINE_TEAM_SIZE);
+  Combine combine{args, ws.partial_out, ws.partial_lse, ws.node_capacity, plan.numPartials(), plan.max_batch};
   Kokkos::parallel_for("canopy::verifyAttention::combine", combine_policy.set_scratch_size(0, Kokkos::PerTeam(cbytes)),
                        combine);
 }
