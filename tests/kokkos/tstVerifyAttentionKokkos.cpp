@@ -481,9 +481,18 @@ TYPED_TEST(VerifyAttentionKokkos, autoSplitFollowsTheSpace)
   EXPECT_EQ((Impl::autoNsplit<TypeParam, Impl::StreamedTiles>(PlanBounds{8, 256, 16384, 2048, 8, MaskLayout::kTree}, h200)), 1);
   EXPECT_EQ((Impl::autoNsplit<TypeParam, Impl::StreamedTiles>(PlanBounds{1, 17, 16384, 17, 8, MaskLayout::kTree}, h200)), 64);
   // The GPU default (sgemm tiles, 64 rows, 128 threads: 256 teams per split at B=8 T=256) as
-  // measured on the H200 (docs/results/kokkos4.md): 4 splits there, the cap of 64 at B=1 T=17.
-  EXPECT_EQ((Impl::autoNsplit<TypeParam, Impl::SgemmTilesThreePerSm>(PlanBounds{8, 256, 16384, 2048, 8, MaskLayout::kTree}, h200)), 4);
-  EXPECT_EQ((Impl::autoNsplit<TypeParam, Impl::SgemmTilesThreePerSm>(PlanBounds{1, 17, 16384, 17, 8, MaskLayout::kTree}, h200)), 64);
+  // measured on the H200 (docs/results/kokkos4.md): 4 splits there, the cap of 128 at B=1 T=17.
+  using Sgemm = Impl::SgemmTilesThreePerSm;
+  EXPECT_EQ((Impl::autoNsplit<TypeParam, Sgemm>(PlanBounds{8, 256, 16384, 2048, 8, MaskLayout::kTree}, h200)), 4);
+  EXPECT_EQ((Impl::autoNsplit<TypeParam, Sgemm>(PlanBounds{1, 17, 16384, 17, 8, MaskLayout::kTree}, h200)), 128);
+  // Above 64, every split the same whole number of 128-key tiles: B=1 T=65 (9 teams per split)
+  // aims at 117 splits, which round to 128 of one tile at P=16K and of four at P=64K; B=8 T=17
+  // (24 teams) aims at 44, below 64, and keeps it.
+  EXPECT_EQ((Impl::autoNsplit<TypeParam, Sgemm>(PlanBounds{1, 65, 16384, 65, 8, MaskLayout::kTree}, h200)), 128);
+  EXPECT_EQ((Impl::autoNsplit<TypeParam, Sgemm>(PlanBounds{1, 65, 65536, 65, 8, MaskLayout::kTree}, h200)), 128);
+  EXPECT_EQ((Impl::autoNsplit<TypeParam, Sgemm>(PlanBounds{8, 17, 16384, 136, 8, MaskLayout::kTree}, h200)), 44);
+  // A short prefix: never more splits than KV tiles.
+  EXPECT_EQ((Impl::autoNsplit<TypeParam, Sgemm>(PlanBounds{1, 17, 300, 17, 8, MaskLayout::kTree}, h200)), 3);
 }
 
 // With a long prefix and random values the tree keys carry little of the attention, so a
