@@ -20,7 +20,8 @@
 ///   instructions per score stage); with barriers, the per-tile softmax (2 of ~100 barrier
 ///   intervals) and the tile prologue's exposed global latency, the expectation is 55-70% of the
 ///   FMA ceiling at shapes that fill the GPU (T >= 33 at P >= 16K), less at B = 1, T = 17 where
-///   3 row tiles x 64 splits = 195 teams leave two thirds of the 528 team slots idle.
+///   3 row tiles, one of them 8 rows, fill the GPU only through the split count (128 splits there:
+///   387 teams for 396 slots at 3 per SM on an H200; Impl::autoNsplit).
 /// - Registers per thread: 64 score accumulators (score stages) or 64 output accumulators (value
 ///   stages; never both live), 16 operand floats per step (32 with the step unrolled by 2), 12 for
 ///   the next stage's loads in flight, plus addresses and the team's task: LaunchBounds<128, 4>
