@@ -502,9 +502,10 @@ struct VerifySplitKernel
 /// each thread walking its columns' partials one load at a time); rows past sum T return, and so
 /// do rows of requests the split kernel did not cover (b >= max_batch: a batch beyond its plan),
 /// which keep whatever the output held instead of being filled from an unwritten workspace.
-/// Stages: the partials' lse into scratch (one load per thread), every thread the same max and
-/// sum from it (in partial order, so the weights are those of a serial merge, bit for bit), the
-/// normalised weights into scratch, then the output columns, CB per thread, from 16-byte loads.
+/// Stages: the partials' lse into scratch (one load per thread), every thread the same max from
+/// it, the unnormalised weights into scratch (one exp per partial), every thread their sum in
+/// partial order (so the weights are those of a serial merge, bit for bit), then the output
+/// columns, CB per thread, from 16-byte loads.
 template <class ExecutionSpace, class Tiles = VerifyTiles<ExecutionSpace>>
 struct VerifyCombineKernel
 {
@@ -519,7 +520,7 @@ struct VerifyCombineKernel
   int partials;
   int max_batch;
 
-  /// Scratch of a team: the partials' lse, then their normalised weights.
+  /// Scratch of a team: the partials' lse, then their weights exp(lse - max).
   KOKKOS_INLINE_FUNCTION static size_t scratchBytes(int num_partials) { return 2 * static_cast<size_t>(num_partials) * sizeof(float); }
   /// Teams of a launch: one per (node row, head) of the plan bound.
   static int64_t leagueSize(VerifyPlan const &plan) { return plan.max_nodes * plan.num_heads; }
@@ -551,15 +552,15 @@ struct VerifyCombineKernel
     float mx = NEG_INF;
     for (int s = 0; s < partials; ++s)
       mx = lse[s] > mx ? lse[s] : mx;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, partials),
+                         [&](int s) { w[s] = lse[s] == NEG_INF ? 0.f : Compat::exp(lse[s] - mx); });
+    member.team_barrier();
     float sum = 0.f;
     for (int s = 0; s < partials; ++s)
-      sum += lse[s] == NEG_INF ? 0.f : Compat::exp(lse[s] - mx);
+      sum += w[s];
     // sum == 0 only if the row sees no key at all (a mask without its diagonal): 0/0 = NaN is
     // written, as the reference gives, so a check flags it.
     float const inv = 1.f / sum;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(member, partials),
-                         [&](int s) { w[s] = (lse[s] == NEG_INF ? 0.f : Compat::exp(lse[s] - mx)) * inv; });
-    member.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, D_V / CB), [&](int blk) {
       int const c0 = blk * CB;
       Float4 acc[CB / 4] = {};
@@ -571,7 +572,7 @@ struct VerifyCombineKernel
 #endif
       for (int s = 0; s < partials; ++s)
       {
-        float const ws = w[s];
+        float const ws = w[s] * inv;
         if (!(ws > 0.f))
           continue;
         any = true;
