@@ -105,7 +105,7 @@ VerifyPlan planVerifyFor(PlanBounds const &bounds, int nsplit, bool strict, Algo
 {
   auto plan = [&](auto tiles) {
     using Tiles = decltype(tiles);
-    int const n = nsplit != 0 ? nsplit : Impl::autoNsplit<ExecutionSpace, Tiles>(bounds, ExecutionSpace().concurrency());
+    int const n = nsplit != 0 ? nsplit : Impl::autoNsplit<ExecutionSpace, Tiles>(bounds, ExecutionSpace().concurrency(), Impl::deviceFacts(ExecutionSpace()));
     return Impl::planVerify<ExecutionSpace, Tiles>(bounds, n, strict, max_rows);
   };
   if (algo == Algo::Auto && !std::is_same<Flavor, TeamTiles>::value && verifyFlavorCompiled<ExecutionSpace, Flavor>())

@@ -480,19 +480,55 @@ TYPED_TEST(VerifyAttentionKokkos, autoSplitFollowsTheSpace)
   int const h200 = 132 * 2048;
   EXPECT_EQ((Impl::autoNsplit<TypeParam, Impl::StreamedTiles>(PlanBounds{8, 256, 16384, 2048, 8, MaskLayout::kTree}, h200)), 1);
   EXPECT_EQ((Impl::autoNsplit<TypeParam, Impl::StreamedTiles>(PlanBounds{1, 17, 16384, 17, 8, MaskLayout::kTree}, h200)), 64);
-  // The GPU default (sgemm tiles, 64 rows, 128 threads: 256 teams per split at B=8 T=256) as
-  // measured on the H200 (docs/results/kokkos4.md): 4 splits there, the cap of 128 at B=1 T=17.
+  // The GPU default (sgemm tiles, 64 rows, 128 threads, 3 per SM) takes the league model's count
+  // (canopy_SplitModel.hpp): one wave of one-tile teams at B=1 T=17 (3 row tiles x 128 splits +
+  // 3 tree teams = 387 of 396 slots); fewer, longer splits at B=1 T=65 and B=8 T=256, where the
+  // fixed rules took 128 and 4 (2.6 waves); 32 at B=8 T=17 (the fastest of the measured counts).
   using Sgemm = Impl::SgemmTilesThreePerSm;
-  EXPECT_EQ((Impl::autoNsplit<TypeParam, Sgemm>(PlanBounds{8, 256, 16384, 2048, 8, MaskLayout::kTree}, h200)), 4);
   EXPECT_EQ((Impl::autoNsplit<TypeParam, Sgemm>(PlanBounds{1, 17, 16384, 17, 8, MaskLayout::kTree}, h200)), 128);
-  // Above 64, every split the same whole number of 128-key tiles: B=1 T=65 (9 teams per split)
-  // aims at 117 splits, which round to 128 of one tile at P=16K and of four at P=64K; B=8 T=17
-  // (24 teams) aims at 44, below 64, and keeps it.
-  EXPECT_EQ((Impl::autoNsplit<TypeParam, Sgemm>(PlanBounds{1, 65, 16384, 65, 8, MaskLayout::kTree}, h200)), 128);
-  EXPECT_EQ((Impl::autoNsplit<TypeParam, Sgemm>(PlanBounds{1, 65, 65536, 65, 8, MaskLayout::kTree}, h200)), 128);
-  EXPECT_EQ((Impl::autoNsplit<TypeParam, Sgemm>(PlanBounds{8, 17, 16384, 136, 8, MaskLayout::kTree}, h200)), 44);
+  EXPECT_EQ((Impl::autoNsplit<TypeParam, Sgemm>(PlanBounds{1, 65, 16384, 65, 8, MaskLayout::kTree}, h200)), 43);
+  EXPECT_EQ((Impl::autoNsplit<TypeParam, Sgemm>(PlanBounds{8, 17, 16384, 136, 8, MaskLayout::kTree}, h200)), 32);
+  EXPECT_EQ((Impl::autoNsplit<TypeParam, Sgemm>(PlanBounds{8, 256, 16384, 2048, 8, MaskLayout::kTree}, h200)), 6);
+  // The device's facts count: 188 SMs with 100 KB of shared memory each hold 2 sgemm teams, not 3.
+  EXPECT_EQ((Impl::autoNsplit<TypeParam, Sgemm>(PlanBounds{8, 256, 16384, 2048, 8, MaskLayout::kTree}, 188 * 1536,
+                                                 Impl::DeviceFacts{188, 102400})),
+            10);
   // A short prefix: never more splits than KV tiles.
   EXPECT_EQ((Impl::autoNsplit<TypeParam, Sgemm>(PlanBounds{1, 17, 300, 17, 8, MaskLayout::kTree}, h200)), 3);
+}
+
+// The league model behind the sgemm split count, on leagues whose times follow by hand: a team
+// alone runs at 0.65 of its SM; 396 one-tile teams on 132 SMs x 3 take 3 x 1.05; 645 of them add a
+// second wave spread 2 or 1 per SM (2 x 1.05 / 0.9 on the SMs with two).
+TEST(SplitModel, leagueTimesFollowTheModel)
+{
+  Impl::TeamSlots const h200{132, 3};
+  double const team = 1 + Impl::SplitModel::TEAM_COST;
+  EXPECT_NEAR(Impl::predictedLeagueTime({1}, h200), team / 0.65, 1e-9);
+  EXPECT_NEAR(Impl::predictedLeagueTime(std::vector<int>(396, 1), h200), 3 * team, 1e-9);
+  EXPECT_NEAR(Impl::predictedLeagueTime(std::vector<int>(645, 1), h200), 3 * team + 2 * team / 0.9, 1e-9);
+  // Empty teams take an instant (1e-3 tiles); one long team sets the step.
+  std::vector<int> work(395, 0);
+  work.push_back(4);
+  EXPECT_NEAR(Impl::predictedLeagueTime(work, h200), (4 + Impl::SplitModel::TEAM_COST) / 0.65, 0.01);
+}
+
+// Whatever the model picks, every split gets the same whole number of KV tiles but the last (none
+// is empty), and no count exceeds the cap or the tiles.
+TEST(SplitModel, everySplitHasWork)
+{
+  for (int B : {1, 3, 8})
+    for (int T : {1, 17, 100, 256})
+      for (int64_t P : {int64_t{1}, int64_t{300}, int64_t{5000}, int64_t{16384}, int64_t{40000}})
+      {
+        PlanBounds const b{B, T, P, int64_t{B} * T, 8, MaskLayout::kTree};
+        int const n = Impl::modelNsplit(b, 1, (T + 7) / 8, 8, 128, Impl::TeamSlots{132, 3});
+        int64_t const tiles = (P + 127) / 128, chunk = (tiles + n - 1) / n;
+        SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " P=" + std::to_string(P));
+        EXPECT_GE(n, 1);
+        EXPECT_LE(n, std::min<int64_t>(tiles, Impl::SplitModel::MAX_SPLITS));
+        EXPECT_GT(tiles - (n - 1) * chunk, 0) << n << " splits of " << chunk << " tiles";
+      }
 }
 
 // With a long prefix and random values the tree keys carry little of the attention, so a

@@ -8,6 +8,7 @@
 #include "canopy_KokkosCompat.hpp"
 #include "canopy_VerifyArgs.hpp"
 #include "impl/canopy_FloatPack.hpp"
+#include "impl/canopy_SplitModel.hpp"
 #include "impl/canopy_VerifyAttention_Sgemm.hpp"
 #include "impl/canopy_VerifyAttention_Streamed.hpp"
 #include "impl/canopy_VerifyKernelCommon.hpp"
@@ -17,6 +18,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <limits>
 #include <string>
 
@@ -636,24 +638,30 @@ void verifyAttentionTeams(ExecutionSpace const &space, VerifyArgs<typename Execu
 }
 
 /// \brief Splits for \p bounds when a design asks for auto (nsplit 0), from the space's
-/// concurrency and the plan's teams per split only (never device values):
+/// concurrency, what it tells of its device (\p facts), and the plan's teams per split only (never
+/// device values):
 /// - one host thread: 1 (splits only add work there: 5-20% at 16, docs/results/kokkos-host.md);
 /// - host threads: about 4 teams per thread, so the dynamic schedule evens out short partials;
-/// - GPUs: concurrency / team threads / 2 teams (two waves of the resident teams: 2 per SM of the
-///   256-thread streamed tiles, 4 of the 128-thread sgemm tiles), so the workspace stays near the
-///   hand-written design's: 1 partial at B=8 T=256 on an H200, not 65.
-/// Capped at 64 and at one split per two KV tiles of the longest prefix, except for the sgemm
-/// tiles where the target asks for more than 64 (small batches, short trees): there up to 128,
-/// one or more whole KV tiles per split and the same number for every split (a split's chunk is
-/// whole tiles, so any other count leaves splits empty: 117 at 128 tiles would run as 64 of 2
-/// tiles and 53 empty). Measured on the H200 with the combine per (row, head): B = 1, T <= 65 at
-/// 1.08-1.48x the cap of 64; the streamed tiles lost up to 23% with the same rule, and where the
-/// target is below 64 rounding to whole tiles moved the sgemm tiles by -4.0..+0.5%
-/// (docs/results/kokkos4.md), so both keep the cap there.
+/// - the sgemm tiles (the GPU default): the count the league model of canopy_SplitModel.hpp
+///   predicts fastest (the fewest within 2% of it), over counts that give every split the same
+///   whole number of KV tiles, up to 128;
+/// - the streamed tiles: concurrency / team threads / 2 teams (two waves of 2 resident teams per
+///   SM), capped at 64 and at one split per two KV tiles of the longest prefix.
 template <class ExecutionSpace, class Tiles = VerifyTiles<ExecutionSpace>>
-int autoNsplit(PlanBounds const &bounds, int concurrency)
+int autoNsplit(PlanBounds const &bounds, int concurrency, DeviceFacts const &facts = {})
 {
   VerifyPlan const one = planVerify<ExecutionSpace, Tiles>(bounds, 1);
+  if constexpr (Tiles::STREAMED)
+    if constexpr (Tiles::GEMM_BLOCKS)
+    {
+      // A team's shared memory: its scratch, Kokkos' team-reduction reserve and the 1 KB the GPU
+      // reserves per block.
+      int64_t const team_shared =
+          static_cast<int64_t>(SgemmScratch<Tiles>::request()) + 8 * (Tiles::TEAM_SIZE + 2) + 1024;
+      TeamSlots const slots = teamSlots(concurrency, facts, Tiles::TEAM_SIZE, team_shared, Tiles::MIN_TEAMS_PER_SM);
+      return modelNsplit(bounds, one.num_head_groups, one.row_tiles, one.rows_per_tile / one.heads_per_group,
+                         Tiles::KV_TILE, slots);
+    }
   int64_t const teams_per_split = std::max<int64_t>(1, one.leagueSize() / one.numPartials());
   int64_t target = 0;
   if constexpr (Tiles::STREAMED)
@@ -661,20 +669,23 @@ int autoNsplit(PlanBounds const &bounds, int concurrency)
   else
     target = concurrency <= 1 ? 1 : 4 * static_cast<int64_t>(concurrency);
   int64_t const n = (target + teams_per_split / 2) / teams_per_split;
-  if constexpr (Tiles::STREAMED)
-    if constexpr (Tiles::GEMM_BLOCKS)
-      if (n > 64)
-      {
-        constexpr int64_t CAP = 128;
-        int64_t const tiles = std::max<int64_t>(1, ceilDiv(bounds.max_prefix, static_cast<int64_t>(Tiles::KV_TILE)));
-        int64_t const m = std::min<int64_t>({n, tiles, CAP});
-        int64_t per = std::max<int64_t>(1, (tiles + m / 2) / m);  // KV tiles per split, the nearest count
-        if (ceilDiv(tiles, per) > CAP)
-          per = ceilDiv(tiles, CAP);
-        return static_cast<int>(ceilDiv(tiles, per));
-      }
   int64_t const by_prefix = std::max<int64_t>(1, bounds.max_prefix / (2 * Tiles::KV_TILE));
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({n, by_prefix, 64})));
+}
+
+/// \brief What \p space tells of its device for autoNsplit: Kokkos::Cuda its SM count and shared
+/// memory per SM; other spaces nothing (the split rule then works from the concurrency).
+template <class ExecutionSpace>
+DeviceFacts deviceFacts([[maybe_unused]] ExecutionSpace const &space)
+{
+#if defined(KOKKOS_ENABLE_CUDA)
+  if constexpr (std::is_same_v<ExecutionSpace, Kokkos::Cuda>)
+  {
+    cudaDeviceProp const &p = space.cuda_device_prop();
+    return DeviceFacts{p.multiProcessorCount, static_cast<int64_t>(p.sharedMemPerMultiprocessor)};
+  }
+#endif
+  return DeviceFacts{};
 }
 
 /// \brief The portable path (kokkos-team): the streamed kernel on GPUs, the resident one on hosts.
