@@ -208,7 +208,7 @@ private:
   {
     if constexpr (DEVICE_SPACE)
     {
-      int const n = nsplit != 0 ? nsplit : Impl::autoNsplit<ExecSpace, Tiles>(bounds, ExecSpace().concurrency(), Impl::deviceFacts(ExecSpace()));
+      int const n = nsplit != 0 ? nsplit : Impl::autoNsplitHere<ExecSpace, Tiles>(bounds);
       return Impl::planVerify<ExecSpace, Tiles>(bounds, n, strict);
     }
     else

@@ -98,14 +98,14 @@ constexpr bool verifyFlavorCompiled()
 /// \brief The plan of the path that asking for \p Flavor with \p algo runs on \p ExecutionSpace:
 /// kokkos-kk's own path keeps the resident tiles; everything else (the portable kernel, and the
 /// specialisations, which take their sizes from the plan bounds only) plans for VerifyTiles.
-/// \p nsplit 0 = auto (Impl::autoNsplit for those tiles and the space's concurrency); \p max_rows
-/// caps the rows per tile (0: the tiles' own), for tests and tile experiments.
+/// \p nsplit 0 = auto (Impl::autoNsplitHere: those tiles, the space's concurrency and device);
+/// \p max_rows caps the rows per tile (0: the tiles' own), for tests and tile experiments.
 template <class ExecutionSpace, class Flavor>
 VerifyPlan planVerifyFor(PlanBounds const &bounds, int nsplit, bool strict, Algo algo = Algo::Auto, int max_rows = 0)
 {
   auto plan = [&](auto tiles) {
     using Tiles = decltype(tiles);
-    int const n = nsplit != 0 ? nsplit : Impl::autoNsplit<ExecutionSpace, Tiles>(bounds, ExecutionSpace().concurrency(), Impl::deviceFacts(ExecutionSpace()));
+    int const n = nsplit != 0 ? nsplit : Impl::autoNsplitHere<ExecutionSpace, Tiles>(bounds);
     return Impl::planVerify<ExecutionSpace, Tiles>(bounds, n, strict, max_rows);
   };
   if (algo == Algo::Auto && !std::is_same<Flavor, TeamTiles>::value && verifyFlavorCompiled<ExecutionSpace, Flavor>())

@@ -482,8 +482,8 @@ TYPED_TEST(VerifyAttentionKokkos, autoSplitFollowsTheSpace)
   EXPECT_EQ((Impl::autoNsplit<TypeParam, Impl::StreamedTiles>(PlanBounds{1, 17, 16384, 17, 8, MaskLayout::kTree}, h200)), 64);
   // The GPU default (sgemm tiles, 64 rows, 128 threads, 3 per SM) takes the league model's count
   // (canopy_SplitModel.hpp): one wave of one-tile teams at B=1 T=17 (3 row tiles x 128 splits +
-  // 3 tree teams = 387 of 396 slots); fewer, longer splits at B=1 T=65 and B=8 T=256, where the
-  // fixed rules took 128 and 4 (2.6 waves); 32 at B=8 T=17 (the fastest of the measured counts).
+  // 3 tree teams = 387 of 396 slots); 43 at B=1 T=65, where the fixed rule took 128; 6 at B=8
+  // T=256, where it took 4 (2.6 waves); 32 at B=8 T=17 (the fastest of the measured counts).
   using Sgemm = Impl::SgemmTilesThreePerSm;
   EXPECT_EQ((Impl::autoNsplit<TypeParam, Sgemm>(PlanBounds{1, 17, 16384, 17, 8, MaskLayout::kTree}, h200)), 128);
   EXPECT_EQ((Impl::autoNsplit<TypeParam, Sgemm>(PlanBounds{1, 65, 16384, 65, 8, MaskLayout::kTree}, h200)), 43);

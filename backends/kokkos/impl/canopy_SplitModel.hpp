@@ -12,10 +12,11 @@
 /// Model (fitted to those two sweeps, 36 timings of 16 shapes): a processor with k resident teams
 /// does RATE[k] tile-units of work per time unit, shared equally by its teams: one team alone runs
 /// at 0.65 of the processor's full rate (its warps do not hide their latency), two at 0.9, three at
-/// 1, and a team costs 0.05 tiles beside its tiles. Relative times between split counts of one shape: mean error 2.2%, largest 25% (32 splits at
-/// B = 1, T = 17, where the model is pessimistic); the count it picks was within 2.5% of the best
-/// measured one at every shape. Among the counts within SLACK of the predicted best it takes the
-/// fewest, since the workspace grows with the count (each split holds every row's 512 outputs).
+/// 1; a team costs TEAM_COST tiles beside its tiles. Relative times between the split counts of a
+/// shape: mean error 2.2%, largest 25% (32 splits at B = 1, T = 17, where the model is
+/// pessimistic); the count it picks was within 2.5% of the fastest measured one at every shape.
+/// Among the counts within SLACK of the predicted best it takes the fewest, since the workspace
+/// grows with the count (each split holds every row's 512 outputs).
 #pragma once
 
 #include "canopy_Design.hpp"
@@ -48,7 +49,8 @@ struct DeviceFacts
 /// shared memory, at most \p max_teams per processor (the tiles' launch bound, which their
 /// registers set). Without the facts: 2,048 threads per processor (every NVIDIA data-centre GPU
 /// since sm_70) and no shared-memory limit.
-inline TeamSlots teamSlots(int concurrency, DeviceFacts const &facts, int team_threads, int64_t team_shared, int max_teams)
+inline TeamSlots teamSlots(int concurrency, DeviceFacts const &facts, int team_threads, int64_t team_shared,
+                           int max_teams)
 {
   TeamSlots s;
   s.processors = std::max(1, facts.processors > 0 ? facts.processors : concurrency / 2048);
@@ -198,8 +200,10 @@ inline int modelNsplit(PlanBounds const &bounds, int num_head_groups, int row_ti
                        TeamSlots const &slots)
 {
   int64_t const tiles = std::max<int64_t>(1, (bounds.max_prefix + kv_tile - 1) / kv_tile);
-  int64_t const slot_count = static_cast<int64_t>(std::max(1, slots.processors)) * std::max(1, slots.teams_per_processor);
-  int64_t const teams_per_split = std::max<int64_t>(1, static_cast<int64_t>(bounds.max_batch) * num_head_groups * row_tiles);
+  int64_t const slot_count =
+      static_cast<int64_t>(std::max(1, slots.processors)) * std::max(1, slots.teams_per_processor);
+  int64_t const teams_per_split =
+      std::max<int64_t>(1, static_cast<int64_t>(bounds.max_batch) * num_head_groups * row_tiles);
   std::vector<std::pair<int, double>> predicted;
   int last = 0;
   for (int64_t per = tiles; per >= 1; --per)
@@ -210,7 +214,8 @@ inline int modelNsplit(PlanBounds const &bounds, int num_head_groups, int row_ti
     if (n > SplitModel::MAX_SPLITS || (n > 1 && teams_per_split * (n + 1) > SplitModel::MAX_WAVES * slot_count))
       break;
     last = n;
-    predicted.push_back({n, predictedLeagueTime(sgemmLeagueWork(bounds, num_head_groups, row_tiles, nodes_per_tile, n, kv_tile), slots)});
+    std::vector<int> const work = sgemmLeagueWork(bounds, num_head_groups, row_tiles, nodes_per_tile, n, kv_tile);
+    predicted.push_back({n, predictedLeagueTime(work, slots)});
   }
   double best = predicted.front().second;
   for (auto const &c : predicted)

@@ -18,9 +18,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 namespace canopy::Impl
 {
@@ -686,6 +686,14 @@ DeviceFacts deviceFacts([[maybe_unused]] ExecutionSpace const &space)
   }
 #endif
   return DeviceFacts{};
+}
+
+/// \brief autoNsplit on a default instance of \p ExecutionSpace: its concurrency and device facts.
+template <class ExecutionSpace, class Tiles>
+int autoNsplitHere(PlanBounds const &bounds)
+{
+  ExecutionSpace const space;
+  return autoNsplit<ExecutionSpace, Tiles>(bounds, space.concurrency(), deviceFacts(space));
 }
 
 /// \brief The portable path (kokkos-team): the streamed kernel on GPUs, the resident one on hosts.
