@@ -3,7 +3,7 @@
 /// dispatched in league order to the processor (SM) with a free team slot, the teams of one
 /// processor sharing its throughput, each team's work its number of 128-key tiles.
 ///
-/// Why a model and not a rule of thumb: a sgemm team holds its slot for whole KV tiles (about
+/// Why a model and not a rule of thumb: an sgemm team holds its slot for whole KV tiles (about
 /// 0.24 ms each at B = 8 on an H200, 3 teams per SM), so the last wave decides the step. At B = 8,
 /// T = 256, P = 16K, 4 splits are 1,024 prefix teams on 396 slots, 2.6 waves, and the third is 59%
 /// full; measured on the H200, 16-64 splits were 5-9% faster at every B = 8 shape, and at B = 1 the
@@ -47,8 +47,8 @@ struct DeviceFacts
 
 /// \brief Team slots of a device for teams of \p team_threads threads and \p team_shared bytes of
 /// shared memory, at most \p max_teams per processor (the tiles' launch bound, which their
-/// registers set). Without the facts: 2,048 threads per processor (every NVIDIA data-centre GPU
-/// since sm_70) and no shared-memory limit.
+/// registers set). Without the facts: 2,048 threads per processor (V100, A100, H100 and H200; an
+/// sm_120 card has 1,536) and no shared-memory limit.
 inline TeamSlots teamSlots(int concurrency, DeviceFacts const &facts, int team_threads, int64_t team_shared,
                            int max_teams)
 {
@@ -66,7 +66,7 @@ struct SplitModel
 {
   static constexpr double RATE[4] = {0.0, 0.65, 0.9, 1.0};  ///< a processor's rate with k teams (3 or more: 1)
   static constexpr double TEAM_COST = 0.05;  ///< a team's fixed cost beside its tiles, in tiles
-  static constexpr double SLACK = 0.02;    ///< the fewest splits within 2% of the predicted best
+  static constexpr double SLACK = 0.02;      ///< the fewest splits within 2% of the predicted best
   static constexpr int MAX_SPLITS = 128;
   /// Candidates stop where the league exceeds this many waves of slots (the last wave is then at
   /// most 1/64 of the step; it bounds the model's cost at plan time for large batches).
