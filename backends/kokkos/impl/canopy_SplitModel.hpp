@@ -20,6 +20,7 @@
 #pragma once
 
 #include "canopy_Design.hpp"
+#include "impl/canopy_VerifyKernelCommon.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -168,13 +169,11 @@ inline double predictedLeagueTime(std::vector<int> const &work, TeamSlots const 
 }
 
 /// \brief Tiles of work of every team of the sgemm league for \p bounds at \p nsplit, in league
-/// order ((request, head group, partial, row tile), row tile fastest; the tree part last), every
-/// request at the bounds. \p chunk_tiles is the prefix chunk of a split in whole KV tiles.
+/// order (decodeTeam's: (request, head group, partial, row tile), row tile fastest; the tree part
+/// last), every request at the bounds, its prefix chunks those of the kernels (prefixChunk).
 inline std::vector<int> sgemmLeagueWork(PlanBounds const &bounds, int num_head_groups, int row_tiles, int nodes_per_tile,
                                         int nsplit, int64_t kv_tile)
 {
-  int64_t const tiles = (bounds.max_prefix + kv_tile - 1) / kv_tile;
-  int64_t const chunk = (tiles + nsplit - 1) / nsplit;
   std::vector<int> work;
   work.reserve(static_cast<size_t>(bounds.max_batch) * num_head_groups * (nsplit + 1) * row_tiles);
   for (int b = 0; b < bounds.max_batch; ++b)
@@ -182,13 +181,10 @@ inline std::vector<int> sgemmLeagueWork(PlanBounds const &bounds, int num_head_g
       for (int s = 0; s <= nsplit; ++s)
         for (int r = 0; r < row_tiles; ++r)
         {
-          if (s == nsplit)
-          {
-            int64_t const seen = std::min<int64_t>(bounds.max_tree, static_cast<int64_t>(r + 1) * nodes_per_tile);
-            work.push_back(static_cast<int>((seen + kv_tile - 1) / kv_tile));
-          }
-          else
-            work.push_back(static_cast<int>(std::max<int64_t>(0, std::min(chunk, tiles - s * chunk))));
+          int64_t lo = 0, hi = std::min<int64_t>(bounds.max_tree, static_cast<int64_t>(r + 1) * nodes_per_tile);
+          if (s < nsplit)
+            prefixChunk(bounds.max_prefix, nsplit, s, kv_tile, lo, hi);
+          work.push_back(lo < hi ? static_cast<int>(ceilDiv(hi - lo, kv_tile)) : 0);
         }
   return work;
 }
@@ -199,7 +195,7 @@ inline std::vector<int> sgemmLeagueWork(PlanBounds const &bounds, int num_head_g
 inline int modelNsplit(PlanBounds const &bounds, int num_head_groups, int row_tiles, int nodes_per_tile, int64_t kv_tile,
                        TeamSlots const &slots)
 {
-  int64_t const tiles = std::max<int64_t>(1, (bounds.max_prefix + kv_tile - 1) / kv_tile);
+  int64_t const tiles = std::max<int64_t>(1, ceilDiv(bounds.max_prefix, kv_tile));
   int64_t const slot_count =
       static_cast<int64_t>(std::max(1, slots.processors)) * std::max(1, slots.teams_per_processor);
   int64_t const teams_per_split =
@@ -208,7 +204,7 @@ inline int modelNsplit(PlanBounds const &bounds, int num_head_groups, int row_ti
   int last = 0;
   for (int64_t per = tiles; per >= 1; --per)
   {
-    int const n = static_cast<int>((tiles + per - 1) / per);
+    int const n = static_cast<int>(ceilDiv(tiles, per));
     if (n == last)
       continue;
     if (n > SplitModel::MAX_SPLITS || (n > 1 && teams_per_split * (n + 1) > SplitModel::MAX_WAVES * slot_count))
@@ -217,12 +213,11 @@ inline int modelNsplit(PlanBounds const &bounds, int num_head_groups, int row_ti
     std::vector<int> const work = sgemmLeagueWork(bounds, num_head_groups, row_tiles, nodes_per_tile, n, kv_tile);
     predicted.push_back({n, predictedLeagueTime(work, slots)});
   }
-  double best = predicted.front().second;
-  for (auto const &c : predicted)
-    best = std::min(best, c.second);
-  for (auto const &c : predicted)  // ascending n
-    if (c.second <= best * (1 + SplitModel::SLACK))
-      return c.first;
-  return predicted.front().first;
+  auto const by_time = [](auto const &a, auto const &b) { return a.second < b.second; };
+  double const best = std::min_element(predicted.begin(), predicted.end(), by_time)->second;
+  // predicted is in ascending n, and the best itself is within the slack.
+  return std::find_if(predicted.begin(), predicted.end(),
+                      [&](auto const &c) { return c.second <= best * (1 + SplitModel::SLACK); })
+      ->first;
 }
 } // namespace canopy::Impl

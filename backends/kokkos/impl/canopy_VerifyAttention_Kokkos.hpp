@@ -657,7 +657,7 @@ int autoNsplit(PlanBounds const &bounds, int concurrency, DeviceFacts const &fac
       // A team's shared memory: its scratch, Kokkos' team-reduction reserve and the 1 KB the GPU
       // reserves per block.
       int64_t const team_shared =
-          static_cast<int64_t>(SgemmScratch<Tiles>::request()) + 8 * (Tiles::TEAM_SIZE + 2) + 1024;
+          static_cast<int64_t>(SgemmScratch<Tiles>::request() + cudaTeamReductionReserve(Tiles::TEAM_SIZE)) + 1024;
       TeamSlots const slots = teamSlots(concurrency, facts, Tiles::TEAM_SIZE, team_shared, Tiles::MIN_TEAMS_PER_SM);
       return modelNsplit(bounds, one.num_head_groups, one.row_tiles, one.rows_per_tile / one.heads_per_group,
                          Tiles::KV_TILE, slots);

@@ -103,10 +103,13 @@ struct SgemmTilesThreePerSm : SgemmTiles
   static constexpr int INNER_UNROLL = 2;
 };
 
+/// \brief Shared memory Kokkos 4.6 reserves per team on CUDA for its team reductions: (team_size +
+/// 2) doubles.
+constexpr size_t cudaTeamReductionReserve(int team_size) { return 8 * (static_cast<size_t>(team_size) + 2); }
 /// \brief Level-0 team scratch that Kokkos 4.6 admits on CUDA for a team of \p team_size threads:
 /// sharedMemPerBlock (48 KiB on every NVIDIA GPU without an opt-in, which Kokkos 4.6 never makes)
-/// less its team-reduction reserve of (team_size + 2) doubles.
-constexpr size_t cudaLevel0Admitted(int team_size) { return 49152 - 8 * (static_cast<size_t>(team_size) + 2); }
+/// less the team-reduction reserve.
+constexpr size_t cudaLevel0Admitted(int team_size) { return 49152 - cudaTeamReductionReserve(team_size); }
 
 /// \brief Which 8 x 8 blocks work item \p w owns, in both products: rows row0 .. row0 + 7, and
 /// columns (keys of the score tile, or output columns of a value pass) col0 + c and col0 + 64 + c
