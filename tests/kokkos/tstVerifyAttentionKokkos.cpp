@@ -360,20 +360,25 @@ void expectTilesCorrectAtTheirEdges(std::initializer_list<EdgeCase> cases, uint6
     }
 }
 
-/// The streamed kernel's row tiles, head groups and KV tiles at their edges: T spanning several
-/// 4-node row tiles (ragged, with a padded request), heads that do not divide the 32 rows (3:
-/// 10 nodes of 3 heads) and more heads than rows (40: 2 groups of 20), prefixes of 1, 64 and 64 + 1
+/// The streamed kernel's row tiles, head groups and KV tiles at their edges, one test per kind of
+/// edge (so that the slow tools, racecheck above all, can run them side by side): T spanning several
+/// 4-node row tiles (ragged, with a padded request); heads that do not divide the 32 rows (3: 10
+/// nodes of 3 heads) and more heads than rows (40: 2 groups of 20); prefixes of 1, 64 and 64 + 1
 /// keys and one of several tiles per split, and a tree part longer than one KV tile (T = 70).
-TYPED_TEST(VerifyAttentionKokkos, streamedTilesAtTheirEdges)
+TYPED_TEST(VerifyAttentionKokkos, streamedTilesAtTheirEdgesRowTiles)
 {
-  expectTilesCorrectAtTheirEdges<TypeParam, StreamedOnHost>({{3, 8, 9, 1, 1, 0},
-                                                             {2, 8, 17, 64, 2, 0},
-                                                             {2, 3, 23, 65, 3, 0},
-                                                             {1, 40, 5, 130, 2, 0},
-                                                             {2, 8, 70, 200, 4, 0},
-                                                             {1, 5, 12, 100, 2, 8},
-                                                             {1, 8, 9, 300, 1, 0}},
-                                                            40);
+  expectTilesCorrectAtTheirEdges<TypeParam, StreamedOnHost>({{3, 8, 9, 1, 1, 0}, {2, 8, 17, 64, 2, 0}}, 40);
+}
+
+TYPED_TEST(VerifyAttentionKokkos, streamedTilesAtTheirEdgesHeadGroups)
+{
+  expectTilesCorrectAtTheirEdges<TypeParam, StreamedOnHost>({{2, 3, 23, 65, 3, 0}, {1, 40, 5, 130, 2, 0}}, 42);
+}
+
+TYPED_TEST(VerifyAttentionKokkos, streamedTilesAtTheirEdgesKvTiles)
+{
+  expectTilesCorrectAtTheirEdges<TypeParam, StreamedOnHost>({{2, 8, 70, 200, 4, 0}, {1, 5, 12, 100, 2, 8}, {1, 8, 9, 300, 1, 0}},
+                                                            44);
 }
 
 /// \p Base's tiles run by teams of two threads (host spaces).
@@ -415,20 +420,25 @@ TYPED_TEST(VerifyAttentionKokkos, streamedTeamsOfTwoHostThreads)
   expectTwoThreadTeamsCorrect<TypeParam, Tiles, Impl::VerifyStreamedKernel<TypeParam, Tiles>>(200, 60);
 }
 
-/// The sgemm kernel's row tiles, head groups and KV tiles at their edges: T spanning several 8-node
-/// row tiles (ragged, with a padded request), heads that do not divide the 64 rows (3: 21 nodes of
-/// 3 heads) and more heads than rows (70: 2 groups of 35), prefixes of 1, 128 and 128 + 1 keys and
-/// several tiles per split, a tree part longer than one KV tile (T = 140), a small row cap.
-TYPED_TEST(VerifyAttentionKokkos, sgemmTilesAtTheirEdges)
+/// The sgemm kernel's row tiles, head groups and KV tiles at their edges, one test per kind of edge:
+/// T spanning several 8-node row tiles (ragged, with a padded request); heads that do not divide the
+/// 64 rows (3: 21 nodes of 3 heads) and more heads than rows (70: 2 groups of 35); prefixes of 1,
+/// 128 and 128 + 1 keys and several tiles per split, a tree part longer than one KV tile (T = 140),
+/// a small row cap.
+TYPED_TEST(VerifyAttentionKokkos, sgemmTilesAtTheirEdgesRowTiles)
 {
-  expectTilesCorrectAtTheirEdges<TypeParam, SgemmOnHost>({{3, 8, 9, 1, 1, 0},
-                                                          {2, 8, 17, 128, 2, 0},
-                                                          {2, 3, 23, 129, 3, 0},
-                                                          {1, 70, 3, 130, 2, 0},
-                                                          {1, 2, 140, 200, 2, 0},
-                                                          {1, 5, 12, 100, 2, 8},
-                                                          {1, 8, 9, 400, 1, 0}},
-                                                         140);
+  expectTilesCorrectAtTheirEdges<TypeParam, SgemmOnHost>({{3, 8, 9, 1, 1, 0}, {2, 8, 17, 128, 2, 0}}, 140);
+}
+
+TYPED_TEST(VerifyAttentionKokkos, sgemmTilesAtTheirEdgesHeadGroups)
+{
+  expectTilesCorrectAtTheirEdges<TypeParam, SgemmOnHost>({{2, 3, 23, 129, 3, 0}, {1, 70, 3, 130, 2, 0}}, 142);
+}
+
+TYPED_TEST(VerifyAttentionKokkos, sgemmTilesAtTheirEdgesKvTiles)
+{
+  expectTilesCorrectAtTheirEdges<TypeParam, SgemmOnHost>({{1, 2, 140, 200, 2, 0}, {1, 5, 12, 100, 2, 8}, {1, 8, 9, 400, 1, 0}},
+                                                         144);
 }
 
 /// The sgemm kernel with two threads per team on a host space: each serves 64 of the 128 work
