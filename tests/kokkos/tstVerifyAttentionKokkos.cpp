@@ -14,7 +14,6 @@
 #include <Kokkos_Core.hpp>
 #include <gtest/gtest.h>
 
-#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -345,7 +344,7 @@ struct EdgeCase
 };
 
 template <class ExecutionSpace, class Tiles>
-void expectTilesCorrectAtTheirEdges(std::initializer_list<EdgeCase> cases, uint64_t seed)
+void expectTilesCorrectAtTheirEdges(std::vector<EdgeCase> const &cases, uint64_t seed)
 {
   for (EdgeCase const &c : cases)
     for (MaskLayout m : ALL_LAYOUTS)
@@ -360,26 +359,38 @@ void expectTilesCorrectAtTheirEdges(std::initializer_list<EdgeCase> cases, uint6
     }
 }
 
-/// The streamed kernel's row tiles, head groups and KV tiles at their edges, one test per kind of
-/// edge (so that the slow tools, racecheck above all, can run them side by side): T spanning several
-/// 4-node row tiles (ragged, with a padded request); heads that do not divide the 32 rows (3: 10
-/// nodes of 3 heads) and more heads than rows (40: 2 groups of 20); prefixes of 1, 64 and 64 + 1
-/// keys and one of several tiles per split, and a tree part longer than one KV tile (T = 70).
-TYPED_TEST(VerifyAttentionKokkos, streamedTilesAtTheirEdgesRowTiles)
+/// A tiling's edge shapes by kind of edge: one test each (CANOPY_EDGE_TESTS), so that the slow
+/// tools, racecheck above all, can run them side by side.
+struct EdgeCases
 {
-  expectTilesCorrectAtTheirEdges<TypeParam, StreamedOnHost>({{3, 8, 9, 1, 1, 0}, {2, 8, 17, 64, 2, 0}}, 40);
-}
+  std::vector<EdgeCase> row_tiles, head_groups, kv_tiles;
+  uint64_t seed;
+};
 
-TYPED_TEST(VerifyAttentionKokkos, streamedTilesAtTheirEdgesHeadGroups)
-{
-  expectTilesCorrectAtTheirEdges<TypeParam, StreamedOnHost>({{2, 3, 23, 65, 3, 0}, {1, 40, 5, 130, 2, 0}}, 42);
-}
+/// Tests `<name>RowTiles`, `<name>HeadGroups` and `<name>KvTiles` of \p Tiles over \p EDGES.
+#define CANOPY_EDGE_TESTS(name, Tiles, EDGES)                                                                       \
+  TYPED_TEST(VerifyAttentionKokkos, name##RowTiles)                                                                 \
+  {                                                                                                                 \
+    expectTilesCorrectAtTheirEdges<TypeParam, Tiles>(EDGES.row_tiles, EDGES.seed);                                  \
+  }                                                                                                                 \
+  TYPED_TEST(VerifyAttentionKokkos, name##HeadGroups)                                                               \
+  {                                                                                                                 \
+    expectTilesCorrectAtTheirEdges<TypeParam, Tiles>(EDGES.head_groups, EDGES.seed + 2);                            \
+  }                                                                                                                 \
+  TYPED_TEST(VerifyAttentionKokkos, name##KvTiles)                                                                  \
+  {                                                                                                                 \
+    expectTilesCorrectAtTheirEdges<TypeParam, Tiles>(EDGES.kv_tiles, EDGES.seed + 4);                               \
+  }
 
-TYPED_TEST(VerifyAttentionKokkos, streamedTilesAtTheirEdgesKvTiles)
-{
-  expectTilesCorrectAtTheirEdges<TypeParam, StreamedOnHost>({{2, 8, 70, 200, 4, 0}, {1, 5, 12, 100, 2, 8}, {1, 8, 9, 300, 1, 0}},
-                                                            44);
-}
+/// The streamed kernel's edges: T spanning several 4-node row tiles (ragged, with a padded
+/// request); heads that do not divide the 32 rows (3: 10 nodes of 3 heads) and more heads than rows
+/// (40: 2 groups of 20); prefixes of 1, 64 and 64 + 1 keys and one of several tiles per split, and a
+/// tree part longer than one KV tile (T = 70).
+EdgeCases const STREAMED_EDGES{{{3, 8, 9, 1, 1, 0}, {2, 8, 17, 64, 2, 0}},
+                               {{2, 3, 23, 65, 3, 0}, {1, 40, 5, 130, 2, 0}},
+                               {{2, 8, 70, 200, 4, 0}, {1, 5, 12, 100, 2, 8}, {1, 8, 9, 300, 1, 0}},
+                               40};
+CANOPY_EDGE_TESTS(streamedTilesAtTheirEdges, StreamedOnHost, STREAMED_EDGES)
 
 /// \p Base's tiles run by teams of two threads (host spaces).
 template <class Base>
@@ -420,26 +431,15 @@ TYPED_TEST(VerifyAttentionKokkos, streamedTeamsOfTwoHostThreads)
   expectTwoThreadTeamsCorrect<TypeParam, Tiles, Impl::VerifyStreamedKernel<TypeParam, Tiles>>(200, 60);
 }
 
-/// The sgemm kernel's row tiles, head groups and KV tiles at their edges, one test per kind of edge:
-/// T spanning several 8-node row tiles (ragged, with a padded request); heads that do not divide the
-/// 64 rows (3: 21 nodes of 3 heads) and more heads than rows (70: 2 groups of 35); prefixes of 1,
-/// 128 and 128 + 1 keys and several tiles per split, a tree part longer than one KV tile (T = 140),
-/// a small row cap.
-TYPED_TEST(VerifyAttentionKokkos, sgemmTilesAtTheirEdgesRowTiles)
-{
-  expectTilesCorrectAtTheirEdges<TypeParam, SgemmOnHost>({{3, 8, 9, 1, 1, 0}, {2, 8, 17, 128, 2, 0}}, 140);
-}
-
-TYPED_TEST(VerifyAttentionKokkos, sgemmTilesAtTheirEdgesHeadGroups)
-{
-  expectTilesCorrectAtTheirEdges<TypeParam, SgemmOnHost>({{2, 3, 23, 129, 3, 0}, {1, 70, 3, 130, 2, 0}}, 142);
-}
-
-TYPED_TEST(VerifyAttentionKokkos, sgemmTilesAtTheirEdgesKvTiles)
-{
-  expectTilesCorrectAtTheirEdges<TypeParam, SgemmOnHost>({{1, 2, 140, 200, 2, 0}, {1, 5, 12, 100, 2, 8}, {1, 8, 9, 400, 1, 0}},
-                                                         144);
-}
+/// The sgemm kernel's edges: T spanning several 8-node row tiles (ragged, with a padded request);
+/// heads that do not divide the 64 rows (3: 21 nodes of 3 heads) and more heads than rows (70: 2
+/// groups of 35); prefixes of 1, 128 and 128 + 1 keys and several tiles per split, a tree part
+/// longer than one KV tile (T = 140), a small row cap.
+EdgeCases const SGEMM_EDGES{{{3, 8, 9, 1, 1, 0}, {2, 8, 17, 128, 2, 0}},
+                            {{2, 3, 23, 129, 3, 0}, {1, 70, 3, 130, 2, 0}},
+                            {{1, 2, 140, 200, 2, 0}, {1, 5, 12, 100, 2, 8}, {1, 8, 9, 400, 1, 0}},
+                            140};
+CANOPY_EDGE_TESTS(sgemmTilesAtTheirEdges, SgemmOnHost, SGEMM_EDGES)
 
 /// The sgemm kernel with two threads per team on a host space: each serves 64 of the 128 work
 /// items.
