@@ -272,6 +272,29 @@ def _sm90():
 
 DESIGNS = {d.name: d for d in (_sm120(), _w32(), _flat(), _sm90())}
 
+
+def _sm120_pv32():
+    """cuda-sm120 with P.V over row pairs (measured, not kept: docs/results/cuda-schedules.md, "P.V
+    over row pairs"): the same score stages; P (4 KB) and the rescale factors published in shared
+    memory; a 32 x 128 P.V warp tile with P and V from shared (1 ldmatrix.x4 of V : 4 mma)."""
+    d = _sm120()
+    m, n = 64, 32
+    f_pv = 2.0 * m * n * D_V
+    stages = tuple(
+        Stage("exchange", smem=s.smem + m * n * 2 + m * 4, feed="smem",
+              note="partial scores as cuda-sm120, plus P (4 KB, bf16) and the rows' rescale factors written")
+        if s.name == "exchange" else
+        Stage("pv", f_pv, operand_bytes(f_pv, 32, 128), note="warp tile 32 rows x 128 columns, P and V from shared")
+        if s.name == "pv" else s
+        for s in d.stages)
+    return dataclasses.replace(d, name="cuda-sm120-pv32", smem=100480, stages=stages,
+                               note="same registers as cuda-sm120, one more barrier per tile")
+
+
+# Changes built from the model's advice and measured against it: (design, the same-run compare of
+# docs/results that measured it against cuda-sm120, the compare's column of that build).
+TESTED = ((_sm120_pv32(), "h200-cuda-schedules/pv32/compare.md", "pv32b"),)
+
 # ---------------------------------------------------------------------------------------------
 # Occupancy and per-tile cycles.
 # ---------------------------------------------------------------------------------------------
@@ -808,6 +831,47 @@ def print_restructured(markdown=False, fit=FIT):
                 print(f"{d.name:62s} B={b} T={t:<4d} P={pre:<6d} " + "  ".join(cells))
 
 
+def tested_rows(root=ROOT):
+    """Per tested change and compare row: (design, B, T, P, predicted change, measured change), the
+    prediction the model's ratio of the two designs' step times (each with the replicated plan) on
+    the H200, the measurement the compare's change against cuda-sm120 in the same run."""
+    h200, base = CHIPS["h200"], DESIGNS["cuda-sm120"]
+    rows = []
+    for d, rel, column in TESTED:
+        with open(os.path.join(root, "docs", "results", rel), encoding="utf-8") as f:
+            lines = [line for line in f if line.startswith("|")]
+        cols = [c.strip() for c in lines[0].strip("|\n").split("|")]
+        at = cols.index(column)
+        for line in lines[2:]:
+            c = [x.strip() for x in line.strip("|\n").split("|")]
+            m = re.match(r"B=(\d+) H=\d+ T=(\d+) P=(\d+)K", c[1])
+            if not m:
+                continue
+            b, t, p = int(m.group(1)), int(m.group(2)), int(m.group(3)) * 1024
+            predicted = predict(d, h200, b, t, p).seconds / predict(base, h200, b, t, p).seconds - 1
+            rows.append((d.name, b, t, p, predicted, float(c[at].rstrip("%")) / 100))
+    return rows
+
+
+def print_tested(markdown=False):
+    rows = tested_rows()
+    head = ("design", "B", "T", "P", "predicted change in step time", "measured change (same run)")
+    body = [(n, b, t, f"{p // 1024}K", f"{pr * 100:+.1f}%", f"{me * 100:+.1f}%") for n, b, t, p, pr, me in rows]
+    if markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        for r in body:
+            print("| " + " | ".join(str(x) for x in r) + " |")
+    else:
+        for r in body:
+            print(*r)
+    for name in sorted({r[0] for r in rows}):
+        pr = [r[4] for r in rows if r[0] == name]
+        me = [r[5] for r in rows if r[0] == name]
+        print(f"\n{name}: predicted {min(pr) * 100:+.1f}..{max(pr) * 100:+.1f}%, "
+              f"measured {min(me) * 100:+.1f}..{max(me) * 100:+.1f}% over {len(rows)} shapes")
+
+
 def print_chips(markdown=False):
     keys = ("sms", "clock_ghz", "mma_flop_clk", "wgmma_flop_clk", "ldsm_b_clk", "smem_b_clk", "smem_block",
             "regs_sm", "threads_sm", "dram_tbs", "l2_mb")
@@ -971,6 +1035,10 @@ def self_test():
             failures.append(f"{design} ({role}): worst error {worst * 100:.1f}% over 15%")
         if statistics.median(abs(e) for e in es) > 0.15:
             failures.append(f"{design} ({role}): median error over 15%")
+    # every tested change's compare is read (a reader that silently found no rows would hide it)
+    for d, rel, _ in TESTED:
+        if sum(1 for r in tested_rows() if r[0] == d.name) == 0:
+            failures.append(f"{d.name}: no rows read from {rel}")
     agree, total = plan_agreement(points)
     if total < 90 or agree < total - 2:
         failures.append(f"suggest_nsplit replica: {agree} of {total} recorded splits")
@@ -987,6 +1055,8 @@ def main(argv=None):
     ap.add_argument("--stages", action="store_true", help="per-stage FLOPs, shared bytes and cycles per chip")
     ap.add_argument("--candidates", action="store_true", help="the restructured sm_120 tiles of issue 25")
     ap.add_argument("--chips", action="store_true", help="the chip table")
+    ap.add_argument("--tested", action="store_true",
+                    help="changes built from the model and measured: predicted vs measured change")
     ap.add_argument("--fit", action="store_true", help="refit the H200 constants and print them")
     ap.add_argument("--markdown", action="store_true", help="tables as markdown (docs/results/arch-model.md)")
     ap.add_argument("--figures", metavar="DIR", help="write the page's figures (PNG) into DIR (needs matplotlib)")
@@ -1003,7 +1073,7 @@ def main(argv=None):
         for path in write_figures(a.figures, fit):
             print("wrote", path)
         return 0
-    if not (a.validate or a.predict or a.stages or a.candidates or a.chips):
+    if not (a.validate or a.predict or a.stages or a.candidates or a.chips or a.tested):
         a.validate = a.predict = True
     if a.chips:
         print_chips(a.markdown)
@@ -1019,6 +1089,8 @@ def main(argv=None):
         print_candidates(a.markdown, fit)
         print()
         print_restructured(a.markdown, fit)
+    if a.tested:
+        print_tested(a.markdown)
     return 0
 
 
