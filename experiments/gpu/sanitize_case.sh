@@ -8,8 +8,9 @@ gtest_cases() {
 #   sanitize_case <tool> <timeout-s> <reports-file> <test-binary> <gtest-filter> [sanitizer args...]
 # prints "summary | exit | seconds". The summary is the tool's SUMMARY line, "host-only, no CUDA
 # call" for a case that makes no CUDA call (the tool has nothing to instrument), "none (cut)", or
-# "not started (deadline)" (exit "-"). A non-zero exit appends the case and its first 20 report
-# lines to <reports-file>. CANOPY_SANITIZER_DEADLINE (epoch seconds, optional; see
+# "not started (deadline)" (exit "-"). A non-zero exit appends the case and the first 40 lines of
+# its reports, each with the 3 after it, to <reports-file>, a failed test's assertion among them (a
+# test can fail under a tool that reports nothing). CANOPY_SANITIZER_DEADLINE (epoch seconds, optional; see
 # sanitizer_deadline) ends every run by then, so a sweep inside a time-limited job still finishes
 # its tables.
 sanitize_case() {
@@ -30,7 +31,7 @@ sanitize_case() {
   printf '%s | %s | %s\n' "${summary:-none (cut)}" "$rc" "$((SECONDS - t0))"
   # One write per case, so that the reports of processes side by side do not interleave.
   [ "$rc" -eq 0 ] || printf '== %s %s\n%s\n' "$filter" "$*" \
-    "$(grep -E "Error|hazard|Race reported|Read|Write|FAILED" <<<"$log" | head -20)" >> "$reports"
+    "$(grep -E -A3 "Error|hazard|Race reported|Read|Write|FAILED|Failure|exception" <<<"$log" | head -40)" >> "$reports"
 }
 #   sanitizer_deadline: exports CANOPY_SANITIZER_DEADLINE = now + CANOPY_SANITIZER_BUDGET seconds
 # when that budget is set (the whole sweep's time, leaving the caller time to write its tables).
