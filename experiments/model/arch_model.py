@@ -869,7 +869,7 @@ def print_tested(markdown=False):
         pr = [r[4] for r in rows if r[0] == name]
         me = [r[5] for r in rows if r[0] == name]
         print(f"\n{name}: predicted {min(pr) * 100:+.1f}..{max(pr) * 100:+.1f}%, "
-              f"measured {min(me) * 100:+.1f}..{max(me) * 100:+.1f}% over {len(rows)} shapes")
+              f"measured {min(me) * 100:+.1f}..{max(me) * 100:+.1f}% over {len(me)} shapes")
 
 
 def print_chips(markdown=False):
