@@ -280,13 +280,13 @@ def _sm120_pv32():
     d = _sm120()
     m, n = 64, 32
     f_pv = 2.0 * m * n * D_V
-    stages = tuple(
-        Stage("exchange", smem=s.smem + m * n * 2 + m * 4, feed="smem",
-              note="partial scores as cuda-sm120, plus P (4 KB, bf16) and the rows' rescale factors written")
-        if s.name == "exchange" else
-        Stage("pv", f_pv, operand_bytes(f_pv, 32, 128), note="warp tile 32 rows x 128 columns, P and V from shared")
-        if s.name == "pv" else s
-        for s in d.stages)
+    exchange = next(s for s in d.stages if s.name == "exchange")
+    changed = {
+        "exchange": Stage("exchange", smem=exchange.smem + m * n * 2 + m * 4, feed="smem",
+                          note="partial scores as cuda-sm120, plus P (4 KB, bf16) and the rows' rescale factors written"),
+        "pv": Stage("pv", f_pv, operand_bytes(f_pv, 32, 128), note="warp tile 32 rows x 128 columns, P and V from shared"),
+    }
+    stages = tuple(changed.get(s.name, s) for s in d.stages)
     return dataclasses.replace(d, name="cuda-sm120-pv32", smem=100480, stages=stages,
                                note="same registers as cuda-sm120, one more barrier per tile")
 
@@ -1036,8 +1036,9 @@ def self_test():
         if statistics.median(abs(e) for e in es) > 0.15:
             failures.append(f"{design} ({role}): median error over 15%")
     # every tested change's compare is read (a reader that silently found no rows would hide it)
+    read = {r[0] for r in tested_rows()}
     for d, rel, _ in TESTED:
-        if sum(1 for r in tested_rows() if r[0] == d.name) == 0:
+        if d.name not in read:
             failures.append(f"{d.name}: no rows read from {rel}")
     agree, total = plan_agreement(points)
     if total < 90 or agree < total - 2:
