@@ -41,7 +41,8 @@ if [ "$mode" = checks ]; then
   # runtime cases). memcheck: one process per case. racecheck: one process per case, and for the
   # big trees one per case and kernel family (--kernel-name; "others" is every other kernel),
   # because one process on a 1024-node case ran past 480 s and its family parts take 20-420 s. CANOPY_SANITIZER_JOBS processes run side
-  # by side (default 12; the GPU machine has 16 cores), each under CANOPY_SANITIZER_TIMEOUT seconds
+  # by side (default 12, the GPU machine has 16 cores; no more than one per 24 GiB of GPU memory, see
+  # sanitizer_jobs), each under CANOPY_SANITIZER_TIMEOUT seconds
   # (default 500); CANOPY_SANITIZER_CASES (an extended regex, default all) picks a subset and
   # CANOPY_SANITIZER_EXCLUDE (an extended regex, default none) drops cases from it, so that a sweep
   # longer than one call splits into calls with disjoint cases;
@@ -86,7 +87,7 @@ if [ "$mode" = checks ]; then
       done
       grep -vE "$split" "$out/cases.txt" | sed 's/^/racecheck /'
     fi; } |
-    xargs -P "${CANOPY_SANITIZER_JOBS:-12}" -L 1 bash -c 'sanitize "$0" "$1" "$2" >> "$out/$0-parts.txt"'
+    xargs -P "$(sanitizer_jobs 12 24)" -L 1 bash -c 'sanitize "$0" "$1" "$2" >> "$out/$0-parts.txt"'
   cut -d'|' -f1,3- "$out/memcheck-parts.txt" | sed 's/  */ /g' | sort > "$out/memcheck.txt"
   # One racecheck row per case: the parts' hazards added up, the worst exit, the seconds added up.
   sort "$out/racecheck-parts.txt" | awk -F' [|] ' '

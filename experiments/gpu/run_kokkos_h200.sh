@@ -14,9 +14,10 @@
 #   scaling     : kokkos-team on the OpenMP build, 1..16 threads (experiments/configs/openmp-scaling.toml)
 #   sanitize    : compute-sanitizer racecheck and memcheck, one process per tool and case (every
 #                 Cuda-typed Kokkos test, Kokkos design test and Kokkos graph case of the CUDA
-#                 suite), CANOPY_SANITIZER_JOBS side by side (14), CANOPY_SANITIZER_TIMEOUT s each
-#                 (130), the whole sweep within CANOPY_SANITIZER_BUDGET s if set; racecheck.txt,
-#                 memcheck.txt: binary case | summary | exit | seconds
+#                 suite), CANOPY_SANITIZER_JOBS side by side (14, no more than one per 24 GiB of
+#                 GPU memory: sanitizer_jobs), CANOPY_SANITIZER_TIMEOUT s each (130), the whole
+#                 sweep within CANOPY_SANITIZER_BUDGET s if set; racecheck.txt, memcheck.txt:
+#                 binary case | summary | exit | seconds
 #   serial      : the scaling config on the default build's canopy (CANOPY_SERIAL_BIN, Serial only)
 # Numbers from an H200 are an sm_90 proxy for the sm_120 design target.
 set -uo pipefail
@@ -64,7 +65,7 @@ for step in $steps; do
         list canopy_Test_KokkosDesigns .
         list canopy_Test_VerifyAttentionCuda kokkos; } > "$out/cases.txt"
       { sed 's/^/racecheck /' "$out/cases.txt"; sed 's/^/memcheck /' "$out/cases.txt"; } |
-        xargs -P "${CANOPY_SANITIZER_JOBS:-14}" -L 1 bash -c 'rc "$0" "$1" "$2"' |
+        xargs -P "$(sanitizer_jobs 14 24)" -L 1 bash -c 'rc "$0" "$1" "$2"' |
         tee "$out/sanitize-as-finished.txt" | sort > "$out/sanitize.txt"  # the first survives a cut
       for tool in racecheck memcheck; do
         grep "^$tool " "$out/sanitize.txt" | cut -d' ' -f2- > "$out/$tool.txt"

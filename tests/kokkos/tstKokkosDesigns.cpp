@@ -1,13 +1,16 @@
 /// \file tstKokkosDesigns.cpp
 /// \brief The registered designs `kokkos-team` and `kokkos-kk` through the registry and
 /// checkDesign: every workspace strategy and mask layout against the fp64 reference, one plan
-/// serving several steps of a bucket, the path they report, and bad use refused with InputError.
+/// serving several steps of a bucket, the path they report, bad use refused with InputError, and
+/// on Kokkos::Cuda a CUDA error pending after the launches failing the run.
 #include "canopy_TestProblems.hpp"
 #include "canopy_BatchStorage.hpp"
 #include "canopy_Config.hpp"
 #include "canopy_Generator.hpp"
 #include "canopy_Reference.hpp"
 #include "canopy_Registry.hpp"
+
+#include <Kokkos_Core.hpp>
 
 #include <gtest/gtest.h>
 
@@ -153,6 +156,34 @@ TEST(KokkosDesigns, onePlanServesEveryStepOfABucket)
       }
     }
 }
+
+#if defined(KOKKOS_ENABLE_CUDA)
+// A CUDA error pending after a run's launches (a kernel that failed to launch leaves one; a failed
+// allocation stands in for it here) is a RuntimeFailure of that run, and consumed by it: the next
+// run is clean and correct.
+TEST(KokkosDesigns, aPendingCudaErrorFailsTheRun)
+{
+  if (!std::is_same_v<Kokkos::DefaultExecutionSpace, Kokkos::Cuda>)
+    GTEST_SKIP() << "the default space is not Kokkos::Cuda";
+  HostProblem const p = problemOf(2, 8, 17, 300, MaskLayout::kTree, 43, false, 0);
+  for (auto const &name : kokkosDesigns())
+  {
+    SCOPED_TRACE(name);
+    DesignPtr d = makeDesign(name);
+    auto storage = makeBatchStorage(d->memory(), BatchCapacity::of(p));
+    storage->upload(p);
+    d->plan(boundsOf(p), DesignOptions{});
+    void *huge = nullptr;
+    ASSERT_NE(cudaMalloc(&huge, size_t{1} << 60), cudaSuccess);
+    EXPECT_THROW(d->run(storage->ref(), storage->context()), RuntimeFailure);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    storage->poisonOutput();
+    d->run(storage->ref(), storage->context());
+    std::vector<uint16_t> const out = storage->downloadOutput();
+    EXPECT_TRUE(compareToReference(referenceAttention(p), out.data(), out.size()).pass);
+  }
+}
+#endif
 
 TEST(KokkosDesigns, badUseIsAnInputError)
 {
