@@ -37,8 +37,9 @@ sanitize_case() {
 # CANOPY_SANITIZER_JOBS when set, else <default> but no more than the GPU's memory holds at <GiB per
 # process> each (at least 1; <default> when nvidia-smi is missing or fails). racecheck held 12-22 GiB per
 # process of the Kokkos edge-case tests on the H200: 12 sanitizer processes and the two Kokkos suites
-# side by side filled its 141 GiB, and four racecheck runs failed their fp64 checks on unwritten
-# outputs with no hazard reported (docs/results/kokkos4.md, "compute-sanitizer on Cuda").
+# side by side filled its 141 GiB, and four racecheck runs failed their fp64 checks on all-zero
+# outputs (a kernel that never launched) with no hazard reported (docs/results/kokkos4.md,
+# "compute-sanitizer on Cuda").
 sanitizer_jobs() {
   local jobs=${CANOPY_SANITIZER_JOBS:-$1} mib
   if [ -z "${CANOPY_SANITIZER_JOBS:-}" ]; then
