@@ -482,9 +482,9 @@ TYPED_TEST(VerifyAttentionKokkos, streamedPlanPutsRowTilesInTheLeague)
 TYPED_TEST(VerifyAttentionKokkos, autoSplitFollowsTheSpace)
 {
   PlanBounds const b{8, 33, 16384, 8 * 33, 8, MaskLayout::kTree};
-  // One host thread: no split. Sixteen: about 4 teams per thread over 8 requests.
+  // One host thread: no split. Sixteen: about 16 teams per thread over 8 requests.
   EXPECT_EQ((Impl::autoNsplit<TypeParam, Impl::VerifyTiles<Kokkos::DefaultHostExecutionSpace>>(b, 1)), 1);
-  EXPECT_EQ((Impl::autoNsplit<TypeParam, Impl::VerifyTiles<Kokkos::DefaultHostExecutionSpace>>(b, 16)), 8);
+  EXPECT_EQ((Impl::autoNsplit<TypeParam, Impl::VerifyTiles<Kokkos::DefaultHostExecutionSpace>>(b, 16)), 32);
   // An H200's Kokkos::Cuda concurrency (132 SMs x 2048 threads): B=8 T=256 needs no split
   // (512 teams per split), B=1 T=17 P=16K the cap of 64.
   int const h200 = 132 * 2048;

@@ -641,7 +641,9 @@ void verifyAttentionTeams(ExecutionSpace const &space, VerifyArgs<typename Execu
 /// concurrency, what it tells of its device (\p facts), and the plan's teams per split only (never
 /// device values):
 /// - one host thread: 1 (splits only add work there: 5-20% at 16, docs/results/kokkos-host.md);
-/// - host threads: about 4 teams per thread, so the dynamic schedule evens out short partials;
+/// - host threads: about 16 teams per thread, so that the dynamic schedule evens out the short
+///   partials and the last round of teams (B = 8, T = 33 on 16 threads of the GPU machine's host:
+///   32 splits 1.07-1.20x faster than the 8 of 4 teams per thread, same run, docs/results/kokkos4.md);
 /// - the sgemm tiles (the GPU default): the count the league model of canopy_SplitModel.hpp
 ///   predicts fastest (the fewest within 2% of it), over counts that give every split the same
 ///   whole number of KV tiles, up to 128;
@@ -667,7 +669,7 @@ int autoNsplit(PlanBounds const &bounds, int concurrency, DeviceFacts const &fac
   if constexpr (Tiles::STREAMED)
     target = concurrency / (Tiles::TEAM_SIZE * Tiles::VECTOR_LENGTH) / 2;
   else
-    target = concurrency <= 1 ? 1 : 4 * static_cast<int64_t>(concurrency);
+    target = concurrency <= 1 ? 1 : 16 * static_cast<int64_t>(concurrency);
   int64_t const n = (target + teams_per_split / 2) / teams_per_split;
   int64_t const by_prefix = std::max<int64_t>(1, bounds.max_prefix / (2 * Tiles::KV_TILE));
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({n, by_prefix, 64})));
