@@ -642,8 +642,9 @@ void verifyAttentionTeams(ExecutionSpace const &space, VerifyArgs<typename Execu
 /// device values):
 /// - one host thread: 1 (splits only add work there: 5-20% at 16, docs/results/kokkos-host.md);
 /// - host threads: about 16 teams per thread, so that the dynamic schedule evens out the short
-///   partials and the last round of teams (B = 8, T = 33 on 16 threads of the GPU machine's host:
-///   32 splits 1.07-1.20x faster than the 8 of 4 teams per thread, same run, docs/results/kokkos4.md);
+///   partials and the last round of teams (B = 8, T = 33 on 16 threads of the GPU machine's host,
+///   32 splits against the 8 of 4 teams per thread, 4 interleaved rounds: 1.05-1.11x at P = 16K,
+///   0.99-1.08x at P = 4K; docs/results/kokkos4.md);
 /// - the sgemm tiles (the GPU default): the count the league model of canopy_SplitModel.hpp
 ///   predicts fastest (the fewest within 2% of it), over counts that give every split the same
 ///   whole number of KV tiles, up to 128;
