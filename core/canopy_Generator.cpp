@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string>
 
 namespace canopy
 {
@@ -43,6 +44,10 @@ HostProblem generateProblem(GeneratorOptions const &opt)
 {
   if (opt.batch < 0 || opt.num_heads <= 0 || opt.tree_size < 0 || opt.prefix_len < 0 || opt.padded_rows < 0)
     throw InputError("generator: batch, heads, tree size, prefix length and padded rows must be >= 0 (heads > 0)");
+  for (size_t i = 0; i < opt.tree_sizes.size(); ++i)
+    if (opt.tree_sizes[i] < 0)
+      throw InputError("generator: tree_sizes[" + std::to_string(i) + "] = " + std::to_string(opt.tree_sizes[i]) +
+                       " is negative");
   if (opt.pool_slack < 1.0)
     throw InputError("generator: pool_slack must be >= 1");
   SplitMix64 rng(opt.seed * 0x9e3779b97f4a7c15ull + 17);
@@ -53,6 +58,8 @@ HostProblem generateProblem(GeneratorOptions const &opt)
     P[b] = opt.ragged ? static_cast<int64_t>(rng.below(static_cast<uint64_t>(opt.prefix_len) + 1)) : opt.prefix_len;
     T[b] = opt.ragged ? 1 + static_cast<int64_t>(rng.below(static_cast<uint64_t>(std::max(opt.tree_size, 1))))
                       : opt.tree_size;
+    if (!opt.tree_sizes.empty())
+      T[b] = opt.tree_sizes[static_cast<size_t>(b) % opt.tree_sizes.size()];
     need += P[b] + T[b];
   }
   HostProblem problem;

@@ -16,6 +16,9 @@ struct GeneratorOptions
   int tree_size = 33;        ///< T (max T when ragged)
   int64_t prefix_len = 1024; ///< P (max P when ragged)
   bool ragged = false;       ///< draw T in [1, tree_size] and P in [0, prefix_len] per request
+  /// When not empty, request b's T is tree_sizes[b % size] (P as above): a batch whose requests have
+  /// chosen row-tile counts. Entries must be >= 0.
+  std::vector<int> tree_sizes;
   int padded_rows = 0;       ///< empty rows appended (graph bucket padding)
   MaskLayout mask_layout = MaskLayout::kFull;
   double pool_slack = 1.5;   ///< pool rows / rows needed; > 1 leaves holes, so slots fragment

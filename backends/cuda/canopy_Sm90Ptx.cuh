@@ -1,7 +1,8 @@
 /// \file canopy_Sm90Ptx.cuh
 /// \brief Thin wrappers over the Hopper (sm_90a) instructions cuda-sm90 uses: wgmma with both
 /// operands in shared memory, its fences and commit groups, shared-memory matrix descriptors for
-/// the 128-byte swizzle, the async-proxy fence and the mbarriers of the producer hand-off. Included by canopy_VerifyAttentionSm90.cu only,
+/// the 128-byte swizzle, the async-proxy fence, the mbarriers of the producer hand-off, clusters
+/// and the bulk tensor copy used as a row gather. Included by canopy_VerifyAttentionSm90.cu only,
 /// which is compiled for sm_90a alone (wgmma exists on no other target).
 #pragma once
 
@@ -104,6 +105,95 @@ __device__ __forceinline__ void mbarrierWait(uint32_t bar, uint32_t parity)
                  : "r"(bar), "r"(parity)
                  : "memory");
   } while (!done);
+}
+
+/// One arrival that also raises the phase's expected transaction bytes by \p bytes: the bulk copies
+/// (TMA) that signal this barrier complete them, in any order relative to this arrival.
+__device__ __forceinline__ void mbarrierArriveExpectTx(uint32_t bar, uint32_t bytes)
+{
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+/// One arrival on the mbarrier at \p cluster_bar, a shared::cluster address (mapa) that may lie in
+/// another CTA of the cluster; release at cluster scope, so this thread's reads of the stage are
+/// ordered before the peer's producer overwrites it.
+__device__ __forceinline__ void mbarrierArriveCluster(uint32_t cluster_bar)
+{
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_bar) : "memory");
+}
+/// As mbarrierWait, acquiring at cluster scope: for barriers that CTAs of the cluster arrive on.
+__device__ __forceinline__ void mbarrierWaitCluster(uint32_t bar, uint32_t parity)
+{
+  uint32_t done = 0;
+  do
+  {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
+/// Makes this thread's mbarrier.init visible to the cluster (and to the async proxy: the bulk copies
+/// that will complete on it), before the cluster barrier that publishes it.
+__device__ __forceinline__ void fenceMbarrierInit() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+
+// ---------------------------------------------------------------------------------------------
+// Thread-block clusters: rank, distributed shared memory addresses, the cluster barrier.
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t clusterRank()
+{
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ uint32_t clusterSize()
+{
+  uint32_t n;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(n));
+  return n;
+}
+/// The shared::cluster address of \p addr (a shared::cta address of this CTA) in CTA \p rank.
+__device__ __forceinline__ uint32_t mapShared(uint32_t addr, uint32_t rank)
+{
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+/// Every non-exited thread of the cluster arrives (release) and waits (acquire).
+__device__ __forceinline__ void clusterSync()
+{
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The bulk tensor copy (TMA) as a row gather: a 2-D tensor map over the pool (576 columns x
+// num_slots rows), boxes of one row x 64 columns with the 128-byte swizzle. The swizzle follows the
+// destination's shared address (bits 7-9 select the XOR of the 16-byte chunk), so a one-row box
+// written at row r of a 1024-byte-aligned block lands exactly as row r of a whole-block copy would.
+// A row coordinate past the map (>= num_slots) is zero-filled and still counts its bytes.
+// ---------------------------------------------------------------------------------------------
+/// Box (\p col, \p row) of the tensor map at generic address \p map into \p dst, completing
+/// its bytes on \p bar (same offsets in every destination CTA); \p cta_mask != 0 multicasts it to
+/// those CTAs of the cluster (bit i: rank i), 0 copies into this CTA only.
+__device__ __forceinline__ void tmaLoad2d(uint32_t dst, void const *map, int col, int row, uint32_t bar,
+                                          uint16_t cta_mask)
+{
+  uint64_t const m = reinterpret_cast<uint64_t>(map);
+  if (cta_mask == 0)
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 ::"r"(dst), "l"(m), "r"(col), "r"(row), "r"(bar)
+                 : "memory");
+  else
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+                 "[%0], [%1, {%2, %3}], [%4], %5;\n"
+                 ::"r"(dst), "l"(m), "r"(col), "r"(row), "r"(bar), "h"(cta_mask)
+                 : "memory");
+}
+/// Arrives on \p bar once every cp.async this thread issued so far has landed (the mbarrier counts
+/// it as one of its arrivals): the copies complete without the thread waiting for them.
+__device__ __forceinline__ void cpAsyncMbarrierArrive(uint32_t bar)
+{
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
 /// Sets this warpgroup's registers per thread to \p N (a multiple of 8 in 24..256), growing

@@ -442,6 +442,21 @@ __device__ __forceinline__ int markLiveTiles(TileInfo *info, uint64_t const *vis
   return bits ? first + 64 - __clzll(static_cast<long long>(bits)) : first;
 }
 
+/// The key positions [s0, s1) of split \p split of a request's \p L keys: \p nsplit chunks of
+/// whole N_TILE-key tiles; s0 >= s1 when the split is empty.
+struct SplitKeys
+{
+  int s0, s1;
+};
+template <int N_TILE>
+__device__ __forceinline__ SplitKeys splitKeys(int L, int nsplit, int split)
+{
+  int chunk = (L + nsplit - 1) / nsplit;
+  chunk = (chunk + N_TILE - 1) / N_TILE * N_TILE;
+  int const s0 = split * chunk;
+  return {s0, s0 + chunk < L ? s0 + chunk : L};
+}
+
 /// beginTile's default first-copies hook: tiles without producer warps copy nothing there.
 struct NoFirstCopies
 {
@@ -477,12 +492,9 @@ __device__ __forceinline__ bool beginTile(VerifyParams const &p, int b, int mt, 
     return false;  // padded row or a tile past this request's tree: nothing to write
   int const kv0 = p.batch.kv_indptr[b];
   int const P = p.batch.kv_indptr[b + 1] - kv0;
-  int const L = P + T;
   int const nsplit = Cfg::FOLD_HEADS ? p.nsplit : 1;
-  int chunk = (L + nsplit - 1) / nsplit;
-  chunk = (chunk + N_TILE - 1) / N_TILE * N_TILE;
-  int const s0 = split * chunk;
-  int const s1 = s0 + chunk < L ? s0 + chunk : L;
+  SplitKeys const keys = splitKeys<N_TILE>(P + T, nsplit, split);
+  int const s0 = keys.s0, s1 = keys.s1;
   auto globalRow = [&](int rr) -> int64_t { return Cfg::FOLD_HEADS ? qo0 * H + rr : (qo0 + rr) * H + head; };
   // A split with no key for these rows: lse = -inf, which the combine weights 0.
   auto emptySplit = [&] {

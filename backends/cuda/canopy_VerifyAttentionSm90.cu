@@ -17,10 +17,14 @@
 /// without the producer ~6,700, of which an ablation put ~1,800 in the copies' issue. What is left
 /// is the score wgmma (~2,300) and the softmax and exchanges serialised with it (~1,800).
 #include "canopy_Sm90Ptx.cuh"
+#include "canopy_TensorMap.hpp"
 #include "canopy_VerifyAttentionKernel.cuh"
 #include "canopy_VerifyAttentionLaunch.cuh"
 
+#include <cuda.h>
+
 #include <mutex>
+#include <type_traits>
 
 namespace canopy::cuda
 {
@@ -100,6 +104,79 @@ struct Sm90ProducerConfig : Sm90Config
   static constexpr int ROWS_PER_WARP = N_TILE / (PRODUCER_THREADS / 32);  ///< 16 rows of a stage per producer warp
   static_assert(PRODUCER_REGS * PRODUCER_THREADS + COMPUTE_REGS * THREADS <= 65536, "register file");
 };
+
+/// cuda-sm90-tma and cuda-sm90-c2: the same tile, its producer gathering the K/V rows with the bulk
+/// tensor copy (TMA) instead of cp.async: one box of 1 row x 64 columns per swizzled block, 9 per
+/// token row, issued by one producer thread per row and completed on full[s] by byte count (one
+/// expect_tx arrival per tile). In a cluster of two CTAs (consecutive row tiles of one request and
+/// one split, the same KV rows), each CTA gathers half of the tile's rows and multicasts them into
+/// both CTAs' stage, so each KV tile leaves L2 once per pair instead of once per CTA; empty[s] then
+/// counts the compute warps of both CTAs, since either producer overwrites both stages. Model per
+/// tile and CTA (docs/results/cuda-sm90.md, "Cluster sharing"): 72 KB land in shared memory as
+/// before, but 36 KB leave L2 for it, and the producer issues 288 (pair) or 576 (alone) copy
+/// instructions instead of 4,608 cp.async of 16 bytes.
+struct Sm90TmaConfig : Sm90ProducerConfig
+{
+  static constexpr int MAX_CLUSTER = 2;
+  static constexpr int ROW_BOXES = D_QK / 64;  ///< boxes of 64 columns (one swizzled block) per token row
+  static constexpr int FULL_ARRIVALS = 1;      ///< the expect_tx arrival; the bytes complete the phase
+  static_assert(ROW_BOXES * BLOCK_BYTES == ROWS_BYTES, "a tile is ROW_BOXES blocks of 64 rows");
+  static_assert(N_TILE <= PRODUCER_THREADS, "one producer thread per gathered row");
+};
+
+/// What the TMA producer's thread t copies of the split positions [s0, s1): row row0 + t of every
+/// tile (t < rows), as ROW_BOXES boxes into the stage at the same offsets in each CTA of \p mask.
+/// A row past the split gathers row -1 of the map, which the copy engine zero-fills (its P is 0, and
+/// its V must not be NaN).
+struct TmaCopies
+{
+  using Cfg = Sm90TmaConfig;
+  VerifyParams const &p;
+  void const *map;
+  int P, s0, s1, kv0;
+  int64_t qo0;
+  int rows, row0;
+  uint16_t mask;
+  int t = static_cast<int>(threadIdx.x) - Cfg::THREADS;
+
+  __device__ __forceinline__ bool gathers() const { return t < rows; }
+  /// The pool row of this thread's row of tile j (-1 past the split).
+  __device__ __forceinline__ int slotOf(int j) const
+  {
+    int const pos = s0 + j * Cfg::N_TILE + row0 + t;
+    if (t >= rows || pos >= s1)
+      return -1;
+    return static_cast<int>(pos < P ? p.batch.kv_indices[kv0 + pos] : p.batch.out_cache_loc[qo0 + (pos - P)]);
+  }
+  /// Tile j's expected bytes (thread 0) and this thread's boxes into \p stage, completing on \p full.
+  __device__ __forceinline__ void issue(uint32_t stage, uint32_t full, int slot) const
+  {
+    if (t == 0)
+      sm90::mbarrierArriveExpectTx(full, Cfg::ROWS_BYTES);
+    if (t >= rows)
+      return;
+    uint32_t const dst = stage + (row0 + t) * sm90::SWIZZLE_ROW_BYTES;
+#pragma unroll
+    for (int c = 0; c < Cfg::ROW_BOXES; ++c)
+      sm90::tmaLoad2d(dst + c * Cfg::BLOCK_BYTES, map, c * 64, slot, full, mask);
+  }
+};
+
+/// Whether the CTA pair of row tiles (mt & ~1, mt | 1) of request b has work in split \p split for
+/// both: then they share their KV tiles; otherwise each CTA that has rows gathers alone.
+__device__ __forceinline__ bool pairServes(VerifyParams const &p, int b, int mt, int split)
+{
+  using Cfg = Sm90TmaConfig;
+  if (b >= p.batch.batch_size)
+    return false;
+  int64_t const qo0 = p.batch.qo_indptr[b];
+  int const T = static_cast<int>(p.batch.qo_indptr[b + 1] - qo0);
+  if ((mt | 1) * Cfg::M_TILE >= T * p.batch.num_heads)
+    return false;
+  int const P = p.batch.kv_indptr[b + 1] - p.batch.kv_indptr[b];
+  SplitKeys const keys = splitKeys<Cfg::N_TILE>(P + T, p.nsplit, split);
+  return keys.s0 < keys.s1;
+}
 
 /// Named barriers of the tile loop (0 is __syncthreads); each counts the compute threads.
 enum Sm90Barrier : int
@@ -186,6 +263,26 @@ __device__ __forceinline__ void produceTiles(VerifyParams const &p, TileInfo con
   }
 }
 
+/// The TMA producer: for each KV tile j > 0 (tile 0 went out in the prologue), waits until stage
+/// j % 2 is free in every CTA it writes (empty[s] counts their compute warps), then issues its rows'
+/// boxes; it never waits for its own copies, which complete full[s] by their bytes.
+__device__ __forceinline__ void produceTilesTma(TmaCopies const &copies, uint32_t kv_base, StageBarriers const bars,
+                                                int ntiles)
+{
+  using Cfg = Sm90TmaConfig;
+  if (!copies.gathers() && copies.t != 0)
+    return;
+  int slot = copies.slotOf(1);
+  for (int j = 1; j < ntiles; ++j)
+  {
+    int const s = j & 1;
+    if (j >= 2)
+      sm90::mbarrierWaitCluster(bars.empty(s), ((j >> 1) - 1) & 1);
+    copies.issue(kv_base + s * Cfg::ROWS_BYTES, bars.full(s), slot);
+    slot = copies.slotOf(j + 1);
+  }
+}
+
 /// The copies of KV tile \p j into \p stage: 64 rows x 72 chunks over the CTA, in the swizzled
 /// layout; rows past the split are zero-filled (their scores are masked, their P is 0).
 __device__ __forceinline__ void issueSwizzledRows(KvLoader<Sm90Config> const &ld, int j, uint32_t stage)
@@ -197,9 +294,11 @@ __device__ __forceinline__ void issueSwizzledRows(KvLoader<Sm90Config> const &ld
 /// and of cuda-sm90-sync (Cfg = Sm90Config: the 256 compute threads issue them, one CTA barrier
 /// per tile).
 template <class Cfg, class PartialT>
-__device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int mt, int split)
+__device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int mt, int split,
+                                               void const *pool_map = nullptr)
 {
   constexpr bool PRODUCER = ProducerThreads<Cfg>::value > 0;
+  constexpr bool TMA = std::is_same_v<Cfg, Sm90TmaConfig>;
   using Smem = typename Cfg::Smem;
   constexpr int N_TILE = Cfg::N_TILE;
   extern __shared__ __align__(1024) unsigned char sm90_smem[];
@@ -219,17 +318,43 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
 
   if (q_base % sm90::SWIZZLE_ATOM_BYTES != 0)
     __trap();  // the descriptors assume 1024-byte atoms; the dynamic shared window starts aligned
-  if (PRODUCER && threadIdx.x == 0)
-    for (int s = 0; s < Cfg::KV_STAGES; ++s)
-    {
-      sm90::mbarrierInit(bars.full(s), Sm90ProducerConfig::FULL_ARRIVALS);
-      sm90::mbarrierInit(bars.empty(s), Sm90ProducerConfig::EMPTY_ARRIVALS);
-    }
+  // A CTA pair shares its KV tiles when both row tiles have work in this split (CTA-uniform, and the
+  // same answer in both CTAs); a CTA whose peer has none gathers alone.
+  uint32_t const rank = TMA ? sm90::clusterRank() : 0u;
+  bool const pair = TMA && sm90::clusterSize() == 2 && pairServes(p, b, mt, split);
+  if constexpr (PRODUCER)
+    if (threadIdx.x == 0)
+      for (int s = 0; s < Cfg::KV_STAGES; ++s)
+      {
+        sm90::mbarrierInit(bars.full(s), Cfg::FULL_ARRIVALS);
+        sm90::mbarrierInit(bars.empty(s), Cfg::EMPTY_ARRIVALS * (pair ? 2 : 1));
+      }
+  if constexpr (TMA)
+  {
+    // The first tile's boxes go out in the prologue and complete on full[0] (in the peer too): the
+    // barriers must be initialised, and visible to the copy engine and the peer, before that.
+    if (threadIdx.x == 0)
+      sm90::fenceMbarrierInit();
+    if (pair)
+      sm90::clusterSync();
+    else
+      __syncthreads();
+  }
+  auto tmaCopies = [&](int P, int s0, int s1, int kv0, int64_t qo0) {
+    int const rows = pair ? Cfg::N_TILE / 2 : Cfg::N_TILE;
+    return TmaCopies{p,   pool_map, P, s0, s1, kv0, qo0, rows, pair ? static_cast<int>(rank) * rows : 0,
+                     static_cast<uint16_t>(pair ? 0x3 : 0x0)};
+  };
   TileSetup st;
   // The producer's first tile goes out beside the Q copy (its landing overlaps Q's); the compute
   // warps of cuda-sm90-sync copy their first tile after the prologue.
   auto first_copies = [&](int P, int s0, int s1, int kv0, int64_t qo0) {
-    if constexpr (PRODUCER)
+    if constexpr (TMA)
+    {
+      TmaCopies const copies = tmaCopies(P, s0, s1, kv0, qo0);
+      copies.issue(kv_base, bars.full(0), copies.slotOf(0));
+    }
+    else if constexpr (PRODUCER)
     {
       ProducerCopies const copies{p, P, s0, s1, kv0, qo0};
       copies.issue(0, kv_base, copies.slotOf(0));
@@ -245,7 +370,10 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
     if (warpgroup >= Cfg::WARPGROUPS)
     {
       sm90::setMaxRegisters<Sm90ProducerConfig::PRODUCER_REGS, false>();
-      produceTiles(p, info, kv_base, bars, st.ntiles);
+      if constexpr (TMA)
+        produceTilesTma(tmaCopies(info->P, info->s0, info->s1, info->kv0, info->qo0), kv_base, bars, st.ntiles);
+      else
+        produceTiles(p, info, kv_base, bars, st.ntiles);
       return;
     }
     sm90::setMaxRegisters<Sm90ProducerConfig::COMPUTE_REGS, true>();
@@ -422,7 +550,11 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
     {
       __syncwarp();
       if (lane == 0)
+      {
         sm90::mbarrierArrive(bars.empty(j & 1));  // this warp's reads of the stage are done
+        if (pair)  // and the peer's producer writes this CTA's stage too
+          sm90::mbarrierArriveCluster(sm90::mapShared(bars.empty(j & 1), rank ^ 1u));
+      }
     }
   }
 
@@ -449,6 +581,10 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
                                         inv, wg == 0 && t4 == 0, row[h],
                                         [&](int n, int e) { return o[n * 4 + h * 2 + e]; });
   }
+  // A CTA of a pair stays until its peer is done with it: the peer's warps arrive on this CTA's
+  // empty barriers (distributed shared memory) up to their last tile.
+  if (pair)
+    sm90::clusterSync();
 }
 
 template <class PartialT>
@@ -458,6 +594,19 @@ __global__ void __launch_bounds__(ctaThreads<Sm90ProducerConfig>(), 1) sm90Kerne
   verifyTileSm90<Sm90ProducerConfig, PartialT>(p, blockIdx.y, blockIdx.x % m_tiles, blockIdx.x / m_tiles);
 #else
   __trap();  // this file is built for sm_90a only; plan() refuses other GPUs before any launch
+#endif
+}
+
+/// cuda-sm90-tma and cuda-sm90-c2 (launched in clusters of 1 or 2 along x: consecutive row tiles
+/// of one split); \p pool_map is the pool's tensor map of one-row boxes (encodeBf16RowMap).
+template <class PartialT>
+__global__ void __launch_bounds__(ctaThreads<Sm90TmaConfig>(), 1)
+    sm90TmaKernel(VerifyParams const p, int m_tiles, __grid_constant__ CUtensorMap const pool_map)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  verifyTileSm90<Sm90TmaConfig, PartialT>(p, blockIdx.y, blockIdx.x % m_tiles, blockIdx.x / m_tiles, &pool_map);
+#else
+  __trap();
 #endif
 }
 
@@ -483,7 +632,9 @@ cudaError_t prepareSm90Kernel()
     for (void const *k : {reinterpret_cast<void const *>(Impl::sm90Kernel<float>),
                           reinterpret_cast<void const *>(Impl::sm90Kernel<__nv_bfloat16>),
                           reinterpret_cast<void const *>(Impl::sm90SyncKernel<float>),
-                          reinterpret_cast<void const *>(Impl::sm90SyncKernel<__nv_bfloat16>)})
+                          reinterpret_cast<void const *>(Impl::sm90SyncKernel<__nv_bfloat16>),
+                          reinterpret_cast<void const *>(Impl::sm90TmaKernel<float>),
+                          reinterpret_cast<void const *>(Impl::sm90TmaKernel<__nv_bfloat16>)})
       if (status == cudaSuccess)
         status = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   });
@@ -499,5 +650,50 @@ cudaError_t launchVerifySm90Sync(VerifyParams const &p, cudaStream_t stream)
 {
   return Impl::launchSplit<Impl::Sm90Config>(p, stream, Impl::sm90SyncKernel<float>,
                                              Impl::sm90SyncKernel<__nv_bfloat16>);
+}
+
+int sm90ClusterFor(int max_tree, int num_heads)
+{
+  int64_t const m_tiles = (static_cast<int64_t>(max_tree) * num_heads + SM90_M_TILE - 1) / SM90_M_TILE;
+  return m_tiles >= 2 ? Impl::Sm90TmaConfig::MAX_CLUSTER : 1;
+}
+
+cudaError_t launchVerifySm90Tma(VerifyParams const &p, cudaStream_t stream, int cluster)
+{
+  using Cfg = Impl::Sm90TmaConfig;
+  if (verifyParamsProblem(p) || (cluster != 1 && cluster != Cfg::MAX_CLUSTER))
+    return cudaErrorInvalidValue;
+  if (p.max_batch == 0 || p.max_tree == 0 || p.max_nodes == 0)
+    return cudaSuccess;
+  CUtensorMap map;
+  cudaError_t e = encodeBf16RowMap(map, p.batch.kv_pool, static_cast<uint64_t>(p.batch.num_slots), D_QK,
+                                   static_cast<uint64_t>(p.kv_row_stride) * 2, 1, 64);
+  if (e != cudaSuccess)
+    return e;
+  // Row tiles in whole clusters: a pair is two consecutive row tiles of one split (x = split *
+  // m_tiles + m-tile); a padded tile past every request's rows exits at once and its peer gathers alone.
+  int64_t m_tiles = (static_cast<int64_t>(p.max_tree) * p.batch.num_heads + Cfg::M_TILE - 1) / Cfg::M_TILE;
+  m_tiles = (m_tiles + cluster - 1) / cluster * cluster;
+  int64_t const gx = m_tiles * p.nsplit;
+  if (gx > 0x7fffffff)
+    return cudaErrorInvalidConfiguration;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(p.max_batch));
+  cfg.blockDim = dim3(Impl::ctaThreads<Cfg>());
+  cfg.dynamicSmemBytes = Cfg::SMEM_BYTES;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int const mt = static_cast<int>(m_tiles);
+  e = p.partial_bf16 ? cudaLaunchKernelEx(&cfg, Impl::sm90TmaKernel<__nv_bfloat16>, p, mt, map)
+                     : cudaLaunchKernelEx(&cfg, Impl::sm90TmaKernel<float>, p, mt, map);
+  if (e != cudaSuccess || p.nsplit == 1)
+    return e;
+  return Impl::launchCombine(p, stream);
 }
 } // namespace canopy::cuda

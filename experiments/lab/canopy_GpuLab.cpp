@@ -147,6 +147,50 @@ LaunchFloor measureLaunchFloor(cudaStream_t stream, int samples)
   return f;
 }
 
+std::string CopyCeiling::label() const
+{
+  char const *const names[] = {"cp.async 16 B gather", "TMA one-row boxes", "TMA 64-row tiles (contiguous)"};
+  std::string s = names[static_cast<int>(probe.mechanism)];
+  if (probe.cluster > 1)
+    s += ", multicast to " + std::to_string(probe.cluster) + " CTAs";
+  return s + ", " + std::to_string(probe.stages) + " x " + std::to_string(probe.keys) + " rows";
+}
+
+std::vector<CopyCeiling> measureCopyCeilings(cudaStream_t stream, bool quick)
+{
+  DeviceInfo const dev = deviceInfo();
+  std::vector<CopyCeiling> out;
+  if (dev.cc_major != 9 || dev.cc_minor != 0)
+    return out;
+  constexpr uint32_t POOL_ROWS = 16384;
+  DeviceBuffer<uint16_t> pool(static_cast<size_t>(POOL_ROWS) * D_QK);
+  check(fillRandomBf16(pool.data(), pool.size(), 0xC0FFEE, 1.f, stream), "fillRandomBf16 (copy probe pool)");
+  DeviceBuffer<float> sink(static_cast<size_t>(dev.sm_count) * 32);
+  using M = CopyMechanism;
+  CopyProbe const probes[] = {{M::kCpAsync, 1, 2, 64}, {M::kCpAsync, 1, 3, 64}, {M::kCpAsync, 1, 4, 32},
+                              {M::kTmaRows, 1, 2, 64}, {M::kTmaRows, 1, 3, 64}, {M::kTmaRows, 1, 4, 32},
+                              {M::kTmaRows, 2, 2, 64}, {M::kTmaRows, 2, 3, 64}, {M::kTmaRows, 4, 2, 64},
+                              {M::kTmaRows, 4, 3, 64}, {M::kTmaTile, 1, 2, 64}, {M::kTmaTile, 2, 2, 64}};
+  int const reps = quick ? 2 : 5;
+  for (CopyProbe const &probe : probes)
+  {
+    // About 100 MB landed per CTA (a few ms for the grid) at 64 rows x 1,152 B per stage.
+    int const tiles = (quick ? 100 : 1500) * 64 / probe.keys;
+    CopyCeiling c;
+    c.probe = probe;
+    auto launch = [&] {
+      check(launchCopyProbe(probe, pool.data(), POOL_ROWS, tiles, sink.data(), stream, &c.ctas), "launchCopyProbe");
+    };
+    launch();  // warm-up: the pool into L2, the kernel loaded
+    double const s = medianLaunchMs(stream, reps, "copy ceiling", launch) * 1e-3;
+    double const landed = static_cast<double>(c.ctas) * tiles * probe.keys * D_QK * 2;
+    c.smem_bytes_per_s = landed / s;
+    c.l2_bytes_per_s = c.smem_bytes_per_s / probe.cluster;
+    out.push_back(c);
+  }
+  return out;
+}
+
 Peaks measurePeaks(cudaStream_t stream, int gemm_n, size_t copy_bytes, bool quick)
 {
   Peaks p;
@@ -165,6 +209,7 @@ Peaks measurePeaks(cudaStream_t stream, int gemm_n, size_t copy_bytes, bool quic
   p.mma_ldmatrix_wide_flops = measureMmaSyncFlops(stream, MmaFeed::kLdmatrixWide, 8, sec);
   p.fp32_fma_flops = measureFp32FmaFlops(stream, sec);
   p.launch_floor = measureLaunchFloor(stream, quick ? 5 : 50);
+  p.copy_ceilings = measureCopyCeilings(stream, quick);
   return p;
 }
 
@@ -182,7 +227,14 @@ std::string Peaks::describe() const
                 mma_ldmatrix_wide_flops * 1e-12, fp32_fma_flops * 1e-12, launch_floor.split_us,
                 launch_floor.split_combine_us, launch_floor.blocks, LaunchFloor::SPLIT_THREADS,
                 launch_floor.smem_bytes / 1024, launch_floor.samples);
-  return buf;
+  std::string s = buf;
+  for (CopyCeiling const &c : copy_ceilings)
+  {
+    std::snprintf(buf, sizeof(buf), "; copy ceiling %s: %.2f TB/s into shared memory (%.0f TFLOP/s at 64 rows)",
+                  c.label().c_str(), c.smem_bytes_per_s * 1e-12, c.tileFlops() * 1e-12);
+    s += buf;
+  }
+  return s;
 }
 void fillRandomValues(CudaBatchStorage &s, uint64_t seed, float q_scale, float kv_scale)
 {

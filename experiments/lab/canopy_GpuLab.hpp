@@ -7,6 +7,7 @@
 /// library links none of it (and no cuBLAS).
 #pragma once
 
+#include "canopy_CopyCeiling.hpp"
 #include "canopy_CudaBatchStorage.hpp"
 #include "canopy_CudaRuntime.hpp"
 #include "canopy_GpuLabKernels.hpp"
@@ -84,6 +85,25 @@ struct LaunchFloor
   int samples = 0;
 };
 
+/// \brief One copy ceiling (canopy_CopyCeiling.hpp): the rate at which every SM fills shared memory
+/// with KV tiles gathered from an L2-resident pool by one mechanism, with nothing else running.
+struct CopyCeiling
+{
+  CopyProbe probe{};
+  int ctas = 0;                 ///< CTAs of the grid (whole clusters resident at once, one per SM)
+  double smem_bytes_per_s = 0;  ///< bytes landed in shared memory, all CTAs, median of the timed launches
+  double l2_bytes_per_s = 0;    ///< bytes that left L2 for it (a multicast lands in `cluster` CTAs)
+  std::string label() const;
+  /// The FLOP rate a 64-row verify tile could sustain at this rate: each 1,152-byte token row that
+  /// lands feeds 64 rows x 2,176 FLOP (Q.K^T over 576 columns and P.V over 512), 121 FLOP per byte.
+  double tileFlops() const { return smem_bytes_per_s * 64.0 * 2176.0 / 1152.0; }
+};
+/// \brief Every copy probe, on an sm_90 GPU (empty elsewhere: the probe is sm_90a code): cp.async
+/// gathers at 2 x 64, 3 x 64 and 4 x 32 token rows per stage; the bulk tensor copy of one-row boxes
+/// alone and multicast in clusters of 2 and 4; contiguous 64-row tiles (the dense kernels' case).
+/// The pool is 16K rows (18.9 MB, L2-resident after the first launch); \p quick runs fewer tiles.
+std::vector<CopyCeiling> measureCopyCeilings(cudaStream_t stream, bool quick = false);
+
 /// \brief Peaks measured on this device, in this run, for the roofline bound (docs/design.md §1).
 struct Peaks
 {
@@ -103,6 +123,7 @@ struct Peaks
   /// kernels, which have no tensor-core abstraction.
   double fp32_fma_flops = 0;
   LaunchFloor launch_floor;  ///< what a small step cannot go below
+  std::vector<CopyCeiling> copy_ceilings;  ///< shared-memory fill rates per copy mechanism (sm_90 only)
   int gemm_n = 0;
   size_t copy_bytes = 0;
   std::string describe() const;

@@ -2,8 +2,9 @@
 /// \brief `canopy peaks [--warps 4,8,12,16] [--quick] [--out peaks.json]`: the ceilings the roofline
 /// uses, measured on this GPU with the probes `canopy run` measures its roofline with (cuBLAS bf16
 /// GEMM, device copy, mma.sync, fp32 FMA) and the launch floor of a small step (empty grids shaped
-/// as a split design's kernels, graph replay), plus the mma.sync rate per operand feed over warps
-/// per SM (where an sm_120-instruction-set kernel's inner loop tops out). Lab side: built only with
+/// as a split design's kernels, graph replay), the mma.sync rate per operand feed over warps per SM
+/// (where an sm_120-instruction-set kernel's inner loop tops out), and on sm_90 the copy ceilings:
+/// how fast every SM can fill shared memory with gathered KV tiles, per copy mechanism. Lab side: built only with
 /// the GPU lab.
 #include "canopy_Commands.hpp"
 #include "canopy_Error.hpp"
@@ -96,6 +97,30 @@ int runPeaks(PeaksFlags const &f)
     std::fflush(stdout);
     j["mma_sync_feeds"].push_back(row);
   }
+  // Copy ceilings (sm_90 GPUs): shared-memory fill rates per mechanism, and the FLOP rate each
+  // leaves a 64-row verify tile (121 FLOP per byte landed).
+  j["copy_ceilings"] = nlohmann::json::array();
+  if (!p.copy_ceilings.empty())
+  {
+    std::printf("\n| copy mechanism (L2-resident pool, %d CTAs) | in flight KB/CTA | TB/s into shared memory | TB/s from L2 | "
+                "TFLOP/s at 64 rows |\n|---|---:|---:|---:|---:|\n",
+                p.copy_ceilings.front().ctas);
+    for (cuda::CopyCeiling const &c : p.copy_ceilings)
+    {
+      double const kb = c.probe.stages * c.probe.keys * 1152.0 / 1024;
+      std::printf("| %s | %.0f | %.2f | %.2f | %.0f |\n", c.label().c_str(), kb, c.smem_bytes_per_s * 1e-12,
+                  c.l2_bytes_per_s * 1e-12, c.tileFlops() * 1e-12);
+      j["copy_ceilings"].push_back({{"label", c.label()},
+                                    {"mechanism", static_cast<int>(c.probe.mechanism)},
+                                    {"cluster", c.probe.cluster},
+                                    {"stages", c.probe.stages},
+                                    {"rows_per_stage", c.probe.keys},
+                                    {"ctas", c.ctas},
+                                    {"smem_tbs", c.smem_bytes_per_s * 1e-12},
+                                    {"l2_tbs", c.l2_bytes_per_s * 1e-12},
+                                    {"tile_tflops", c.tileFlops() * 1e-12}});
+    }
+  }
   if (!f.out.empty())
   {
     writeFileAtomically(f.out, j.dump(2) + "\n");
@@ -109,7 +134,7 @@ void addPeaksCommand(CLI::App &app, Action &action)
 {
   auto flags = std::make_shared<PeaksFlags>();
   CLI::App *cmd = app.add_subcommand(
-      "peaks", "Measure this GPU's ceilings (bf16 GEMM, copy, mma.sync, fp32 FMA, launch floor) and mma.sync per operand feed over warps per SM");
+      "peaks", "Measure this GPU's ceilings (bf16 GEMM, copy, mma.sync, fp32 FMA, launch floor, shared-memory fill per copy mechanism on sm_90) and mma.sync per operand feed over warps per SM");
   cmd->add_option("--warps", flags->warps, "warps per SM for the mma.sync feed table (one block per SM)")
       ->delimiter(',')
       ->check(CLI::Range(1, 32));

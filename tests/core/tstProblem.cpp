@@ -113,6 +113,22 @@ TEST(Generator, deterministicFragmentedAndValid)
   EXPECT_NE(generateProblem(g).q, a.q);
 }
 
+TEST(Generator, treeSizesChooseEachRequestsTree)
+{
+  GeneratorOptions g;
+  g.batch = 5;
+  g.tree_sizes = {8, 0, 40};
+  g.prefix_len = 100;
+  g.ragged = true;
+  HostProblem const a = generateProblem(g);
+  EXPECT_NO_THROW(validateMetadata(a.meta, a.num_slots));
+  std::vector<int64_t> const want{8, 0, 40, 8, 0};
+  for (int b = 0; b < 5; ++b)
+    EXPECT_EQ(a.meta.treeSize(b), want[static_cast<size_t>(b)]) << "request " << b;
+  g.tree_sizes = {3, -1};
+  EXPECT_THROW(generateProblem(g), InputError);
+}
+
 TEST(CostModel, knownShape)
 {
   // B=1, H=8, T=33, P=4096: FLOPs = 2*8*33*(4096+33)*(576+512).

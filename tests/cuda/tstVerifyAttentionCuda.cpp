@@ -120,6 +120,10 @@ std::vector<Variant> cudaVariants(int nsplit)
     variants.push_back({"cuda-sm90 direct", [] { return cuda::makeSm90Design(false); }, 1});
     variants.push_back({"cuda-sm90-sync f32", [] { return cuda::makeSm90SyncDesign(false); }, nsplit});
     variants.push_back({"cuda-sm90-sync direct", [] { return cuda::makeSm90SyncDesign(false); }, 1});
+    variants.push_back({"cuda-sm90-tma f32", [] { return cuda::makeSm90TmaDesign(1); }, nsplit});
+    variants.push_back({"cuda-sm90-tma direct", [] { return cuda::makeSm90TmaDesign(1); }, 1});
+    variants.push_back({"cuda-sm90-c2 f32", [] { return cuda::makeSm90TmaDesign(2); }, nsplit});
+    variants.push_back({"cuda-sm90-c2 direct", [] { return cuda::makeSm90TmaDesign(2); }, 1});
   }
   for (std::string const &n : kokkosDesignsOnCuda())
     variants.push_back({n, [n] { return makeDesign(n); }, nsplit});
@@ -154,6 +158,31 @@ TEST_P(CudaGrid, matchesFp64ReferenceForEveryLayoutAndDesign)
     expectEveryVariantMatches(problem, referenceAttention(problem), c.nsplit,
                               std::string(c.name) + " / " + toString(layout));
   }
+}
+
+/// Ragged requests of 1, 2, 3 and 5 row tiles (H = 8: T = 8, 16, 24, 40) and one that cuts its
+/// last tile in the middle (T = 21): cuda-sm90-c2's CTA pairs with both tiles live (sharing), with a
+/// dead peer (the last tile of an odd count, the padded tile of the grid, a one-tile request) and
+/// with empty splits; every layout, split and direct.
+TEST(CudaDesigns, clusterPairsWithAndWithoutPeers)
+{
+  CANOPY_REQUIRE_GPU();
+  for (int nsplit : {1, 6})
+    for (MaskLayout layout : {MaskLayout::kFull, MaskLayout::kTree, MaskLayout::kParents})
+    {
+      GeneratorOptions g;
+      g.batch = 6;
+      g.num_heads = 8;
+      g.tree_sizes = {8, 16, 24, 40, 21, 2};
+      g.prefix_len = 900;
+      g.ragged = true;
+      g.padded_rows = 1;
+      g.mask_layout = layout;
+      g.seed = testSeed(4100 + static_cast<uint64_t>(layout) + static_cast<uint64_t>(nsplit));
+      HostProblem const problem = generateProblem(g);
+      expectEveryVariantMatches(problem, referenceAttention(problem), nsplit,
+                                "row tiles 1,2,3,5 / nsplit " + std::to_string(nsplit) + " / " + toString(layout));
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaGrid, ::testing::ValuesIn(GRID),
@@ -357,6 +386,9 @@ TEST(CudaDesigns, repeatedRunsAreBitIdentical)
     variants.push_back({"cuda-sm90 split", cuda::makeSm90Design(false), 7});
     variants.push_back({"cuda-sm90 direct", cuda::makeSm90Design(false), 1});
     variants.push_back({"cuda-sm90-sync split", cuda::makeSm90SyncDesign(true), 7});
+    variants.push_back({"cuda-sm90-tma split", cuda::makeSm90TmaDesign(1), 7});
+    variants.push_back({"cuda-sm90-c2 split", cuda::makeSm90TmaDesign(2), 7});
+    variants.push_back({"cuda-sm90-c2 direct", cuda::makeSm90TmaDesign(2), 1});
   }
   for (auto &v : variants)
   {
@@ -412,6 +444,14 @@ TEST(CudaDesigns, pathSaysWhichKernelRan)
     opt.nsplit = 1;
     checkDesign(*sm90, problem, opt, reference);
     EXPECT_EQ(sm90->path(), "cuda-sm90/wgmma-direct/parents");
+    // The pair shares only where a request has two row tiles: T = 5 x 8 heads is one.
+    auto c2 = cuda::makeSm90TmaDesign(2);
+    opt.nsplit = 3;
+    checkDesign(*c2, problem, opt, reference);
+    EXPECT_EQ(c2->path(), "cuda-sm90-c2/wgmma-c1-split3-f32/parents");
+    HostProblem const two_tiles = makeProblem({"p2", 2, 8, 9, 300, false, 0, 16}, MaskLayout::kTree, 4);
+    checkDesign(*c2, two_tiles, opt, referenceAttention(two_tiles));
+    EXPECT_EQ(c2->path(), "cuda-sm90-c2/wgmma-c2-split3-f32/tree");
   }
 }
 
