@@ -16,6 +16,7 @@ struct Entry
   std::string name, summary;
   DesignFactory factory;
   bool experimental = false;
+  std::string origin;  ///< plugin library, "" when built in
 };
 std::vector<Entry> &entries()
 {
@@ -24,15 +25,16 @@ std::vector<Entry> &entries()
 }
 } // namespace
 
-void registerDesign(std::string const &name, std::string const &summary, DesignFactory factory, bool experimental)
+void registerDesign(std::string const &name, std::string const &summary, DesignFactory factory, bool experimental,
+                    std::string const &origin)
 {
   for (auto &e : entries())
     if (e.name == name)
     {
-      e = {name, summary, std::move(factory), experimental};
+      e = {name, summary, std::move(factory), experimental, origin};
       return;
     }
-  entries().push_back({name, summary, std::move(factory), experimental});
+  entries().push_back({name, summary, std::move(factory), experimental, origin});
 }
 
 void unregisterDesign(std::string const &name)
@@ -48,6 +50,21 @@ bool designIsExperimental(std::string const &name)
     if (e.name == name)
       return e.experimental;
   return false;
+}
+
+std::string designOrigin(std::string const &name)
+{
+  registerBuiltinDesigns();
+  for (auto const &e : entries())
+    if (e.name == name)
+      return e.origin;
+  return {};
+}
+
+bool designExists(std::string const &name)
+{
+  registerBuiltinDesigns();
+  return std::any_of(entries().begin(), entries().end(), [&](Entry const &e) { return e.name == name; });
 }
 
 std::vector<std::string> designNames(bool include_experimental)

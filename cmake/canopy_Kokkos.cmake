@@ -1,4 +1,5 @@
 # Finds Kokkos (and optionally Kokkos Kernels) and exposes Kokkos::kokkos / Kokkos::kokkoskernels.
+# Installed beside CanopyConfig.cmake, which includes it to find Debian's Kokkos again for a consumer.
 #
 # Order: a user Kokkos (-DKokkos_ROOT=... , 4.x with CUDA/OpenMP) through its CMake config; else
 # Debian's Trilinos Kokkos 3.4. Debian's KokkosConfig.cmake is found but its Kokkos::kokkos target
@@ -65,10 +66,14 @@ else()
   find_path(CANOPY_KOKKOSKERNELS_INCLUDE_DIR KokkosBatched_Gemm_Decl.hpp PATH_SUFFIXES trilinos)
   find_library(CANOPY_KOKKOSKERNELS_LIB trilinos_kokkoskernels)
   if(CANOPY_KOKKOSKERNELS_INCLUDE_DIR AND CANOPY_KOKKOSKERNELS_LIB)
-    add_library(canopy_kokkoskernels INTERFACE)
-    target_include_directories(canopy_kokkoskernels INTERFACE "${CANOPY_KOKKOSKERNELS_INCLUDE_DIR}")
-    target_link_libraries(canopy_kokkoskernels INTERFACE "${CANOPY_KOKKOSKERNELS_LIB}" Kokkos::kokkos)
-    add_library(Kokkos::kokkoskernels ALIAS canopy_kokkoskernels)
+    # Imported, as Kokkos::kokkos is: an installed Canopy names it and CanopyConfig.cmake makes it again
+    # with this file.
+    if(NOT TARGET Kokkos::kokkoskernels)
+      add_library(Kokkos::kokkoskernels INTERFACE IMPORTED)
+    endif()
+    set_target_properties(Kokkos::kokkoskernels PROPERTIES
+      INTERFACE_INCLUDE_DIRECTORIES "${CANOPY_KOKKOSKERNELS_INCLUDE_DIR}"
+      INTERFACE_LINK_LIBRARIES "${CANOPY_KOKKOSKERNELS_LIB};Kokkos::kokkos")
     set(CANOPY_HAVE_KOKKOSKERNELS ON)
   endif()
 endif()

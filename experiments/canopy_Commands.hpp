@@ -7,7 +7,9 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace canopy::cli
 {
@@ -35,6 +37,11 @@ inline CLI::Validator const DIGITS_ONLY(
 
 /// \brief Adds `--overwrite` to \p cmd: the one spelling of "replace what the output holds".
 CLI::Option *addOverwriteFlag(CLI::App *cmd, bool &overwrite, std::string const &what);
+
+/// \brief Adds the top-level `--load LIB` option (repeatable); returns the libraries it collects.
+std::shared_ptr<std::vector<std::string>> addLoadOption(CLI::App &app);
+/// \brief Loads the plugins of CANOPY_PLUGINS, then \p libs (InputError naming the first refused one).
+void loadPlugins(std::vector<std::string> const &libs);
 
 /// \brief Adds `canopy check` (designs vs the fp64 reference on a generated problem or a trace).
 void addCheckCommand(CLI::App &app, Action &action);

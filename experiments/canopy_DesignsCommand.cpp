@@ -1,6 +1,6 @@
 /// \file canopy_DesignsCommand.cpp
-/// \brief `canopy designs`: every design compiled into this build, its kernel paths, and whether it
-/// can run on this machine (and why not).
+/// \brief `canopy designs`: every design of this build and of the loaded plugins (with the library it
+/// came from), its kernel paths, and whether it can run on this machine (and why not).
 #include "canopy_BatchStorage.hpp"
 #include "canopy_Commands.hpp"
 #include "canopy_Registry.hpp"
@@ -26,15 +26,17 @@ char const *memoryName(MemoryKind k)
 
 int runDesigns(bool summaries)
 {
-  std::printf("| design | memory | runs here | kernel paths |\n|---|---|---|---|\n");
+  std::printf("| design | memory | runs here | kernel paths | from |\n|---|---|---|---|---|\n");
   for (std::string const &name : designNames(/*include_experimental=*/true))
   {
     DesignPtr const d = makeDesign(name);
     std::string why;
     bool const here = memoryAvailable(d->memory(), &why);
     std::string const label = name + (designIsExperimental(name) ? " (experimental)" : "");
-    std::printf("| %s | %s | %s | %s |\n", label.c_str(), memoryName(d->memory()), here ? "yes" : ("no: " + why).c_str(),
-                d->kernelPaths().c_str());
+    std::string const origin = designOrigin(name);
+    std::printf("| %s | %s | %s | %s | %s |\n", label.c_str(), memoryName(d->memory()),
+                here ? "yes" : ("no: " + why).c_str(), d->kernelPaths().c_str(),
+                origin.empty() ? "built in" : origin.c_str());
   }
   if (summaries)
   {

@@ -12,6 +12,7 @@ int main(int argc, char **argv)
   CLI::App app{"Canopy: tree-verify attention for speculative decoding (absorbed MLA)"};
   app.require_subcommand(1);
   canopy::cli::Action action;
+  auto const plugins = canopy::cli::addLoadOption(app);
   canopy::cli::addCheckCommand(app, action);
   canopy::cli::addRunCommand(app, action);
   canopy::cli::addMergeCommand(app, action);
@@ -42,6 +43,7 @@ int main(int argc, char **argv)
   canopy::RuntimeGuard guard;
   try
   {
+    canopy::cli::loadPlugins(*plugins);
     return action ? action() : 0;
   }
   catch (canopy::InputError const &e)

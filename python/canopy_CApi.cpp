@@ -9,6 +9,7 @@
 #include "canopy_Config.hpp"
 #include "canopy_Design.hpp"
 #include "canopy_Error.hpp"
+#include "canopy_PluginLoader.hpp"
 #include "canopy_Problem.hpp"
 #include "canopy_Registry.hpp"
 #include "canopy_Runtime.hpp"
@@ -517,6 +518,20 @@ CANOPY_C_EXPORT int canopy_designs(canopy_design_info *infos, int capacity)
     }
   });
   return count;
+}
+
+CANOPY_C_EXPORT int canopy_load_plugin(char const *path, char *message, size_t message_len)
+{
+  return guarded(message, message_len, [&] { loadPlugin(path ? path : ""); });
+}
+
+CANOPY_C_EXPORT int canopy_design_origin(char const *name, char *origin, size_t origin_len)
+{
+  std::string const n = name ? name : "";
+  if (!designExists(n))
+    return CANOPY_BAD_INPUT;
+  copyMessage(designOrigin(n), origin, origin_len);
+  return CANOPY_OK;
 }
 
 CANOPY_C_EXPORT int canopy_buffer_names(char const **names, int capacity)

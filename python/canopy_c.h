@@ -119,6 +119,16 @@ int canopy_plan_run(canopy_plan *plan, canopy_tensor const *tensors, int num_ten
 int canopy_plan_describe(canopy_plan const *plan, char *path, size_t path_len, int32_t *splits,
                          int64_t *workspace_bytes, int32_t *capture_safe);
 
+/* Loads the design plugin at \p path (backends/canopy_Plugin.hpp) into this process: its designs join
+ * canopy_designs and can be planned like the built-in ones. BAD_INPUT, naming the file, for a file that
+ * does not load, is no Canopy plugin, was built against another plugin ABI version, or registers a
+ * design name that exists already; nothing is registered then. Loading it again is a no-op. */
+int canopy_load_plugin(char const *path, char *message, size_t message_len);
+
+/* The plugin library design \p name came from ("" for a built-in design); returns 0, or BAD_INPUT for
+ * an unknown name. */
+int canopy_design_origin(char const *name, char *origin, size_t origin_len);
+
 /* Frees the plan (NULL is fine). */
 void canopy_plan_destroy(canopy_plan *plan);
 

@@ -13,7 +13,8 @@
 #            CANOPY_COMPARE_ROUNDS rounds (default 2), and writes compare.md from the runs'
 #            results.json (experiments/gpu/compare_builds.py): per (design, shape) the base's best
 #            median and each variant's change against it, then per variant the mean change over
-#            the P >= 16K shapes and its rows that failed.
+#            the P >= 16K shapes and its rows that failed; compare.json holds the same rows with
+#            their fields (design, B, H, T, P, options), for readers that must not parse labels.
 #            Beside it sass.md: per build, its kernels' SASS counts (experiments/gpu/sass_counts.sh).
 # <bin-dir> holds canopy, canopy_Test_VerifyAttentionCuda and canopy_RacecheckNamedBarrier, <lib-dir>
 # the shared libraries the GPU machine lacks (e.g. libtrilinos_kokkoscore, libtomlplusplus). Numbers
@@ -152,7 +153,8 @@ elif [ "$mode" = compare ] && [ $# -ge 2 ]; then
     for v in "$@"; do
       timeout 600 "$bin/canopy_$v" run "$config" --out "$out/$v-round$r" --quiet > "$out/$v-round$r.log" 2>&1
       echo "round $r $v exit $?"
-      python3 "$here/experiments/gpu/compare_builds.py" "$out" "${CANOPY_COMPARE_ROUNDS:-2}" "$@" > "$out/compare.md"
+      python3 "$here/experiments/gpu/compare_builds.py" --json "$out/compare.json" "$out" "${CANOPY_COMPARE_ROUNDS:-2}" "$@" \
+        > "$out/compare.md"
     done
   done | tee "$out/compare.log"
   cat "$out/compare.md"

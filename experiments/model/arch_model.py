@@ -292,8 +292,9 @@ def _sm120_pv32():
 
 
 # Changes built from the model's advice and measured against it: (design, the same-run compare of
-# docs/results that measured it against cuda-sm120, the compare's column of that build).
-TESTED = ((_sm120_pv32(), "h200-cuda-schedules/pv32/compare.md", "pv32b"),)
+# docs/results that measured it against cuda-sm120, as compare_builds.py --json writes it, and the
+# variant whose change counts).
+TESTED = ((_sm120_pv32(), "h200-cuda-schedules/pv32/compare.json", "pv32b"),)
 
 # ---------------------------------------------------------------------------------------------
 # Occupancy and per-tile cycles.
@@ -834,22 +835,17 @@ def print_restructured(markdown=False, fit=FIT):
 def tested_rows(root=ROOT):
     """Per tested change and compare row: (design, B, T, P, predicted change, measured change), the
     prediction the model's ratio of the two designs' step times (each with the replicated plan) on
-    the H200, the measurement the compare's change against cuda-sm120 in the same run."""
+    the H200, the measurement the compare's change against cuda-sm120 in the same run. The shapes
+    come from the compare's row fields (compare_builds.py --json), never from its labels."""
     h200, base = CHIPS["h200"], DESIGNS["cuda-sm120"]
     rows = []
     for d, rel, column in TESTED:
         with open(os.path.join(root, "docs", "results", rel), encoding="utf-8") as f:
-            lines = [line for line in f if line.startswith("|")]
-        cols = [c.strip() for c in lines[0].strip("|\n").split("|")]
-        at = cols.index(column)
-        for line in lines[2:]:
-            c = [x.strip() for x in line.strip("|\n").split("|")]
-            m = re.match(r"B=(\d+) H=\d+ T=(\d+) P=(\d+)K", c[1])
-            if not m:
-                continue
-            b, t, p = int(m.group(1)), int(m.group(2)), int(m.group(3)) * 1024
+            compare = json.load(f)
+        for r in compare["rows"]:
+            b, t, p = r["dims"]["B"], r["dims"]["T"], r["dims"]["P"]
             predicted = predict(d, h200, b, t, p).seconds / predict(base, h200, b, t, p).seconds - 1
-            rows.append((d.name, b, t, p, predicted, float(c[at].rstrip("%")) / 100))
+            rows.append((d.name, b, t, p, predicted, r["change"][column]))
     return rows
 
 

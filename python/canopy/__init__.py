@@ -1,7 +1,8 @@
 """Canopy from Python: every design of the build on framework arrays, on the caller's stream.
 
     import canopy
-    canopy.designs()                      # [{"name", "memory", "runnable", "reason", "experimental"}]
+    canopy.load("libmy_design.so")        # a design plugin's designs join the others
+    canopy.designs()                      # [{"name", "memory", "runnable", "reason", "experimental", "origin"}]
     canopy.verify_attention(q, kv_pool, out, kv_indptr=..., kv_indices=..., qo_indptr=...,
                             out_cache_loc=..., custom_mask=..., mask_indptr=..., mask="tree",
                             sm_scale=..., design="reference")
@@ -20,7 +21,7 @@ import sys
 
 from . import _abi
 
-__all__ = ["designs", "verify_attention", "Plan", "UnsupportedError", "BUFFER_NAMES"]
+__all__ = ["designs", "load", "verify_attention", "Plan", "UnsupportedError", "BUFFER_NAMES"]
 
 #: The batch's buffer names, in the library's order (core/canopy_BatchRef.hpp).
 BUFFER_NAMES = tuple(_abi.buffer_names())
@@ -43,7 +44,8 @@ def _raise_for(status, message):
 
 
 def designs():
-    """Every design of this build: name, memory ("host" or "cuda"), runnable here, and why not."""
+    """Every design of this build and of the loaded plugins: name, memory ("host" or "cuda"), runnable
+    here and why not, and origin (the plugin library it came from, "" when built in)."""
     count = _abi.lib.canopy_designs(None, 0)
     infos = (_abi.DesignInfo * count)()
     _abi.lib.canopy_designs(infos, count)
@@ -54,9 +56,25 @@ def designs():
             "runnable": bool(i.runnable),
             "reason": i.reason.decode(),
             "experimental": bool(i.experimental),
+            "origin": _origin(i.name),
         }
         for i in infos
     ]
+
+
+def _origin(name):
+    origin = ctypes.create_string_buffer(_MESSAGE_BYTES)
+    _abi.lib.canopy_design_origin(name, origin, _MESSAGE_BYTES)
+    return origin.value.decode(errors="replace")
+
+
+def load(path):
+    """Loads a design plugin (a shared library built against the installed Canopy, see
+    examples/out-of-tree-design): its designs then run like the built-in ones. Raises ValueError,
+    naming the file, for a library that does not load, is no Canopy plugin, was built against another
+    plugin ABI version or registers a design name that exists already. Loading it again does nothing."""
+    message = ctypes.create_string_buffer(_MESSAGE_BYTES)
+    _raise_for(_abi.lib.canopy_load_plugin(str(path).encode(), message, _MESSAGE_BYTES), message)
 
 
 def _tensors(arguments, keep):

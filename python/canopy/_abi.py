@@ -74,6 +74,8 @@ def _load():
                                     ctypes.c_void_p, ctypes.c_int, msg, ctypes.c_size_t]
     lib.canopy_plan_describe.argtypes = [ctypes.c_void_p, msg, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int32),
                                          ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int32)]
+    lib.canopy_load_plugin.argtypes = [ctypes.c_char_p, msg, ctypes.c_size_t]
+    lib.canopy_design_origin.argtypes = [ctypes.c_char_p, msg, ctypes.c_size_t]
     lib.canopy_plan_destroy.argtypes = [ctypes.c_void_p]
     lib.canopy_plan_destroy.restype = None
     lib.canopy_verify_attention.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(Tensor), ctypes.c_int,

@@ -22,13 +22,19 @@ def row(design, B, T, P, median_us, status="ok", nsplit=0):
 
 
 class CompareBuilds(unittest.TestCase):
-    def run_compare(self, runs, rounds, builds):
+    def run_compare(self, runs, rounds, builds, fields=None):
+        """The compare's Markdown; with ``fields`` (a dict), its --json rows are put there too."""
         with tempfile.TemporaryDirectory() as out:
             for (build, r), rows in runs.items():
                 os.makedirs(os.path.join(out, f"{build}-round{r}"))
                 with open(os.path.join(out, f"{build}-round{r}", "results.json"), "w") as f:
                     json.dump({"rows": rows}, f)
-            proc = subprocess.run([sys.executable, COMPARE, out, str(rounds), *builds], capture_output=True, text=True)
+            path = os.path.join(out, "compare.json")
+            proc = subprocess.run([sys.executable, COMPARE, "--json", path, out, str(rounds), *builds],
+                                  capture_output=True, text=True)
+            if fields is not None and proc.returncode == 0:
+                with open(path, encoding="utf-8") as f:
+                    fields.update(json.load(f))
         self.assertEqual(proc.returncode, 0, proc.stderr)
         return proc.stdout
 
@@ -45,6 +51,18 @@ class CompareBuilds(unittest.TestCase):
         # "missing" runs: only the failed row counts.
         self.assertIn("v1: mean -10.0% over 1 shapes with P >= 16K; 1 rows failed or missing", lines)
         self.assertIn("base: base; 0 rows failed or missing", lines)
+
+    def test_json_rows_carry_the_fields_not_the_labels(self):
+        runs = {("base", 1): [row("cuda-sm120", 8, 65, 16384, 200.0)], ("v1", 1): [row("cuda-sm120", 8, 65, 16384, 180.0)]}
+        fields = {}
+        self.run_compare(runs, 1, ["base", "v1"], fields)
+        self.assertEqual(fields["base"], "base")
+        self.assertEqual(fields["variants"], ["v1"])
+        [r] = fields["rows"]
+        self.assertEqual((r["design"], r["dims"], r["options"]["mask"]),
+                         ("cuda-sm120", {"B": 8, "H": 8, "T": 65, "P": 16384}, "tree"))
+        self.assertAlmostEqual(r["base_us"], 200.0)
+        self.assertAlmostEqual(r["change"]["v1"], -0.1)
 
     def test_an_option_swept_in_the_run_is_named_beside_the_input(self):
         runs = {("base", 1): [row("cuda-sm90", 1, 17, 16384, 30.0, nsplit=0),
