@@ -142,16 +142,19 @@ std::vector<std::string> OutputDir::keepForeign(std::string const &old)
   std::vector<std::string> kept;
   bool all_moved = true;
   std::error_code ec;
+  std::vector<fs::path> entries;  // listed first: moving entries out while iterating may skip some
   for (auto const &entry : fs::directory_iterator(old, ec))
+    entries.push_back(entry.path());
+  for (fs::path const &entry : entries)
   {
-    std::string const name = entry.path().filename().string();
-    auto const id = entryIdentity(entry.path());
+    std::string const name = entry.filename().string();
+    auto const id = entryIdentity(entry);
     if (name == LOCK_NAME || !id || _claimed.count(*id))
       continue;
     std::string kept_name = name;
     for (int n = 0; fs::symlink_status(fs::path(_dir) / kept_name, ec).type() != fs::file_type::not_found; ++n)
       kept_name = name + KEPT_SUFFIX + (n ? std::to_string(n) : "");
-    if (std::rename(entry.path().c_str(), (fs::path(_dir) / kept_name).c_str()) == 0)
+    if (std::rename(entry.c_str(), (fs::path(_dir) / kept_name).c_str()) == 0)
       kept.push_back(kept_name);
     else
     {
