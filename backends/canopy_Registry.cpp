@@ -5,7 +5,7 @@
 
 #include <algorithm>
 #include <mutex>
-#include <sstream>
+#include <set>
 
 namespace canopy
 {
@@ -98,21 +98,33 @@ DesignPtr makeDesign(std::string const &name)
   throw InputError("design '" + name + "' is not compiled into this build (available: " + known + ")");
 }
 
-std::vector<std::string> parseDesignList(std::string const &list)
+std::vector<std::string> parseDesignList(std::string const &list, std::string const &key)
 {
   std::vector<std::string> out;
-  std::stringstream ss(list);
-  std::string item;
-  auto names = designNames();
-  while (std::getline(ss, item, ','))
+  std::set<std::string> seen;
+  size_t begin = 0;
+  for (size_t i = 0; begin <= list.size(); ++i)
   {
+    size_t const end = std::min(list.find(',', begin), list.size());
+    std::string const item = list.substr(begin, end - begin);
+    begin = end + 1;
+    std::string const at = key + "[" + std::to_string(i) + "]";
     if (item.empty())
-      continue;
-    makeDesign(item);  // throws with the list of what is compiled
+      throw InputError(at + ": empty name (a stray comma?) in '" + list + "'");
+    if (item == "all")
+      throw InputError(at + ": 'all' stands alone: give --designs all, or a list of designs without it");
+    if (!seen.insert(item).second)
+      throw InputError(at + ": '" + item + "' is listed twice");
+    try
+    {
+      makeDesign(item);
+    }
+    catch (InputError const &e)
+    {
+      throw InputError(at + ": " + e.what());  // e says what this build has
+    }
     out.push_back(item);
   }
-  if (out.empty())
-    throw InputError("designs: empty list");
   return out;
 }
 } // namespace canopy

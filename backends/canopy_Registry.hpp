@@ -39,6 +39,7 @@ bool designExists(std::string const &name);
 /// \brief Registers every design this build has (idempotent).
 void registerBuiltinDesigns();
 
-/// \brief Splits "a,b,c" and checks each name; throws InputError on the first unknown.
-std::vector<std::string> parseDesignList(std::string const &list);
+/// \brief Splits "a,b,c" and checks each name: InputError "<key>[i]: ..." on the first unknown, empty,
+/// repeated name, or an "all" among names.
+std::vector<std::string> parseDesignList(std::string const &list, std::string const &key = "--designs");
 } // namespace canopy

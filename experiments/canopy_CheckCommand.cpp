@@ -27,6 +27,7 @@ struct CheckFlags
   std::string designs = "all";
   int nsplit = 16;
   bool strict = false;
+  bool no_memory_check = false;
   std::string trace;
   int64_t steps = 0;
   std::string values = "both";  ///< random, tree-dominant, or both (a design must pass each)
@@ -54,6 +55,13 @@ void validateCheckFlags(CheckFlags const &f)
   requireWithin(limits::TREE, f.gen.tree_size, "--tree");
   requireWithin(limits::PREFIX, f.gen.prefix_len, "--prefix");
   requireWithin(limits::PADDED, f.gen.padded_rows, "--padded");
+  if (!f.no_memory_check)
+    requireFitsInMemory(problemHostBytes(f.gen.batch, f.gen.num_heads, f.gen.tree_size,
+                                         static_cast<double>(f.gen.prefix_len), f.gen.pool_slack),
+                        "--batch --heads --tree --prefix",
+                        "B=" + std::to_string(f.gen.batch) + " H=" + std::to_string(f.gen.num_heads) +
+                            " T=" + std::to_string(f.gen.tree_size) + " P=" + std::to_string(f.gen.prefix_len),
+                        "--no-memory-check");
 }
 
 /// The value modes a check runs: with "both", a design passes only if it passes under each.
@@ -246,6 +254,8 @@ void addCheckCommand(CLI::App &app, Action &action)
   cmd->add_option("--designs", flags->designs, "comma-separated designs, or 'all'");
   cmd->add_option("--nsplit", flags->nsplit, "prefix splits per request, 0 = auto (docs/experiments.md)");
   cmd->add_flag("--strict", flags->strict, "a fallback to another kernel path is an error");
+  cmd->add_flag("--no-memory-check", flags->no_memory_check,
+                "try a shape even when its estimated host memory exceeds this machine's");
   cmd->add_option("--trace", flags->trace, "check on every step of this trace (recorded values when present)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--values", flags->values,

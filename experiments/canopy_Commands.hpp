@@ -35,6 +35,11 @@ inline CLI::Validator const DIGITS_ONLY(
     },
     "UINT");
 
+/// \brief Adds to every integer option of \p app and its subcommands a check of the text as given:
+/// empty, non-decimal, zero-led, or past 64 bits is refused naming the option (CLI11 alone reads ""
+/// as 0 and saturates a value past 64 bits). Call once every command is added.
+void checkIntegersAsGiven(CLI::App &app);
+
 /// \brief Adds `--overwrite` to \p cmd: the one spelling of "replace what the output holds".
 CLI::Option *addOverwriteFlag(CLI::App *cmd, bool &overwrite, std::string const &what);
 

@@ -1,16 +1,15 @@
 /// \file canopy_MergeCommand.cpp
 /// \brief `canopy merge DIR... --out DIR`: the shards of one `canopy run --shard K/N` sweep -> the
 /// results.json / csv / md / tex that one unsharded run writes.
+#include "canopy_BoundedRead.hpp"
 #include "canopy_Commands.hpp"
 #include "canopy_Error.hpp"
 #include "canopy_Merge.hpp"
 #include "canopy_Results.hpp"
 
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 
 namespace canopy::cli
 {
@@ -36,12 +35,10 @@ int runMerge(MergeFlags const &f)
   for (std::string const &dir : f.dirs)
   {
     std::string const path = (std::filesystem::path(dir) / "results.json").string();
-    std::ifstream in(path);
-    if (!in)
+    std::error_code missing;
+    if (!std::filesystem::exists(path, missing))
       throw InputError(path + ": cannot read (expected the output folder of canopy run --shard K/N)");
-    std::stringstream text;
-    text << in.rdbuf();
-    shards.push_back({dir, resultSetFromJson(text.str(), path)});
+    shards.push_back({dir, resultSetFromJson(readRegularFile(path, "shard results", file_caps::RESULTS), path)});
   }
   MergeOptions opt;
   opt.allow_mixed_devices = f.allow_mixed_devices;

@@ -3,12 +3,14 @@
 #include "canopy_BatchStorage.hpp"
 #include "canopy_Commands.hpp"
 #include "canopy_Error.hpp"
+#include "canopy_InputLimits.hpp"
 #include "canopy_ExperimentConfig.hpp"
 #include "canopy_Merge.hpp"
 #include "canopy_Registry.hpp"
 #include "canopy_ReplayEngine.hpp"
 #include "canopy_Results.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -28,6 +30,7 @@ struct RunFlags
   bool quiet = false;
   bool overwrite = false;
   bool out_given = false;  ///< --out was on the command line (an empty one is an error, not "use the config's")
+  bool no_memory_check = false;
 };
 
 /// "K/N" with 0 <= K < N; InputError naming the flag otherwise.
@@ -62,6 +65,24 @@ private:
   std::chrono::steady_clock::time_point _t0;
 };
 
+/// The largest shape of each sweep against this machine's memory, before any work.
+void requireSweepsFitInMemory(ExperimentConfig const &cfg)
+{
+  for (size_t i = 0; i < cfg.sweeps.size(); ++i)
+  {
+    ShapeSweep const &sw = cfg.sweeps[i];
+    int const b = *std::max_element(sw.batch.begin(), sw.batch.end());
+    int const h = *std::max_element(sw.heads.begin(), sw.heads.end());
+    int const t = *std::max_element(sw.tree.begin(), sw.tree.end());
+    int64_t const p = *std::max_element(sw.prefix.begin(), sw.prefix.end());
+    requireFitsInMemory(problemHostBytes(b, h, t, static_cast<double>(p), sw.pool_slack),
+                        "inputs.sweep[" + std::to_string(i) + "]",
+                        "B=" + std::to_string(b) + " H=" + std::to_string(h) + " T=" + std::to_string(t) +
+                            " P=" + std::to_string(p),
+                        "--no-memory-check");
+  }
+}
+
 /// When no row ran and at least one was skipped because its design needs a GPU this host lacks: that
 /// design's name and why; else "". Rows of host designs in graph mode are skipped on any host: those
 /// alone are not a missing GPU.
@@ -89,6 +110,8 @@ int runRun(RunFlags const &f)
     cfg.out_dir = f.out;
   if (!f.shard.empty())
     std::tie(cfg.shard_index, cfg.shard_count) = parseShard(f.shard);
+  if (!f.no_memory_check)
+    requireSweepsFitInMemory(cfg);
   OutputDir out(cfg.out_dir, f.overwrite, f.out_given ? "--out" : "output.dir");  // before any work
   auto progress = std::make_shared<ProgressLine>(cfg.progress && !f.quiet);
   ResultSet const rs = runExperiment(cfg, [progress](int64_t d, int64_t t) { (*progress)(d, t); });
@@ -119,9 +142,11 @@ std::string gpuMissingFor(std::string const &name)
 
 int writeAndReport(ResultSet const &results, OutputDir &out, std::string const &what)
 {
-  out.commit(resultFiles(results));
+  std::vector<std::string> const kept = out.commit(resultFiles(results));
   std::cout << toMarkdownTable(results) << "\n";
   std::cout << what << " " << out.path() << "/{results.json,results.csv,table.md,table.tex}\n";
+  for (std::string const &name : kept)
+    std::cerr << "kept " << out.path() << "/" << name << ": it was written into the folder during the run, not by it\n";
   for (auto const &r : results.rows)
     if (r.status == RowStatus::kFailed)
       return 1;
@@ -139,6 +164,8 @@ void addRunCommand(CLI::App &app, Action &action)
                   "K/N: run only share K (0-based) of N of the inputs and option combinations (all designs of each); "
                   "join the shards with canopy merge");
   cmd->add_flag("--quiet", flags->quiet, "no progress line");
+  cmd->add_flag("--no-memory-check", flags->no_memory_check,
+                "run a sweep shape even when its estimated host memory exceeds this machine's");
   cmd->callback([flags, out, &action] {
     flags->out_given = out->count() > 0;
     action = [flags] { return runRun(*flags); };

@@ -165,6 +165,20 @@ void writeSynthSummary(std::string const &path, std::string const &trace, Simula
   }
 }
 
+/// The folder a file is written into at the end, checked before the work that produces it.
+void requireFolderOf(std::string const &path, char const *flag)
+{
+  if (path.empty())
+    throw InputError(std::string(flag) + ": empty; give a file to write");
+  std::filesystem::path const p(path);
+  std::filesystem::path const dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    throw InputError(std::string(flag) + ": folder '" + dir.string() + "' of '" + path + "' does not exist");
+  if (std::filesystem::is_directory(p, ec))
+    throw InputError(std::string(flag) + ": '" + path + "' is a folder; give a file to write");
+}
+
 int runSynth(SynthFlags const &f)
 {
   SimulatorConfig c = f.config.empty() ? SimulatorConfig{} : readSimulatorToml(f.config);
@@ -181,6 +195,9 @@ int runSynth(SynthFlags const &f)
     throw InputError("--out: empty; give the trace file to write");
   if (!f.overwrite && std::filesystem::exists(f.out))
     throw InputError("--out: '" + f.out + "' exists; pass --overwrite to replace it");
+  requireFolderOf(f.out, "--out");
+  if (!f.summary.empty())
+    requireFolderOf(f.summary, "--summary");
   over("--seed", c.seed, f.seed);
   over("--steps", c.steps, f.steps);
   over("--warmup", c.warmup_steps, f.warmup);

@@ -23,6 +23,23 @@ int main(int argc, char **argv)
 #ifdef CANOPY_HAVE_GPU_LAB
   canopy::cli::addPeaksCommand(app, action);
 #endif
+  canopy::cli::checkIntegersAsGiven(app);
+  // CLI11 alone says "A subcommand is required" for a command it does not know, without its name.
+  if (argc > 1 && argv[1][0] != '-')
+  {
+    std::string known;
+    bool found = false;
+    for (CLI::App const *sub : app.get_subcommands({}))
+    {
+      found = found || sub->check_name(argv[1]);
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!found)
+    {
+      std::cerr << "canopy: error: unknown command '" << argv[1] << "' (commands: " << known << "; see canopy --help)\n";
+      return canopy::EXIT_BAD_INPUT;
+    }
+  }
   try
   {
     app.parse(argc, argv);

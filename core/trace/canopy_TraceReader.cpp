@@ -7,8 +7,9 @@
 #include "canopy_TraceIsolation.hpp"
 
 #include <cctype>
-#include <functional>
 #include <filesystem>
+#include <functional>
+#include <optional>
 
 namespace canopy
 {
@@ -40,12 +41,34 @@ bool isIsoTimestamp(std::string const &s)
   return true;
 }
 
+/// The most entries a dataset may have, as an offsets dataset read before it says (its last entry,
+/// plus one for another offsets dataset); why names that entry.
+struct LengthBound
+{
+  hsize_t most;
+  std::string why;
+};
+
+std::optional<LengthBound> boundBy(std::vector<int64_t> const &offsets, std::string const &name, int64_t extra = 0)
+{
+  if (offsets.empty() || offsets.back() < 0)
+    return std::nullopt;  // validation names what is wrong with such offsets
+  return LengthBound{static_cast<hsize_t>(offsets.back()) + static_cast<hsize_t>(extra),
+                     name + " index " + std::to_string(offsets.size() - 1) + " (last) holds " +
+                         std::to_string(offsets.back()) + (extra ? " + " + std::to_string(extra) : "")};
+}
+
+/// A 1-D dataset, refused before anything is allocated or inflated when it declares more entries
+/// than \p bound (a small compressed dataset can declare gigabytes of zeros).
 template <class T>
-std::vector<T> readVector(hid_t file, std::string const &path)
+std::vector<T> readVector(hid_t file, std::string const &path, std::optional<LengthBound> const &bound = std::nullopt)
 {
   Hid ds = openDataset(file, path);
   checkIntType(ds.get(), IntKindOf<T>::value, path);
   hsize_t const n = datasetDims(ds.get(), 1, path)[0];
+  if (bound && n > bound->most)
+    throw InputError(path + ": declares " + std::to_string(n) + " entries, more than the " +
+                     std::to_string(bound->most) + " allowed, since " + bound->why + "; refused before reading it");
   checkStored(ds.get(), IntKindOf<T>::value, n, path);
   std::vector<T> v(static_cast<size_t>(n));
   readDataset(ds.get(), IntKindOf<T>::value, v.data(), n, path);
@@ -120,16 +143,20 @@ TraceColumns readColumns(hid_t file)
     Hid pool = openGroup(file, "/pool");
     c.num_slots = readIntAttr(pool.get(), "num_slots", "/pool");
   }
+  // Each offsets dataset bounds the datasets it indexes before they are read.
   c.request_offset = readVector<int64_t>(file, "/steps/request_offset");
-  c.request_id = readVector<int64_t>(file, "/requests/request_id");
-  c.prefix_len = readVector<int32_t>(file, "/requests/prefix_len");
-  c.tree_offset = readVector<int64_t>(file, "/requests/tree_offset");
-  c.kv_offset = readVector<int64_t>(file, "/requests/kv_offset");
+  auto const rows = boundBy(c.request_offset, "/steps/request_offset");
+  auto const rows1 = boundBy(c.request_offset, "/steps/request_offset", 1);
+  c.request_id = readVector<int64_t>(file, "/requests/request_id", rows);
+  c.prefix_len = readVector<int32_t>(file, "/requests/prefix_len", rows);
+  c.tree_offset = readVector<int64_t>(file, "/requests/tree_offset", rows1);
+  c.kv_offset = readVector<int64_t>(file, "/requests/kv_offset", rows1);
   if (linkExists(file, "/requests/accepted"))
-    c.accepted = readVector<int32_t>(file, "/requests/accepted");
-  c.parent = readVector<int32_t>(file, "/tree/parent");
-  c.out_cache_loc = readVector<int64_t>(file, "/tree/out_cache_loc");
-  c.kv_indices = readVector<int64_t>(file, "/tokens/kv_indices");
+    c.accepted = readVector<int32_t>(file, "/requests/accepted", rows);
+  auto const nodes = boundBy(c.tree_offset, "/requests/tree_offset");
+  c.parent = readVector<int32_t>(file, "/tree/parent", nodes);
+  c.out_cache_loc = readVector<int64_t>(file, "/tree/out_cache_loc", nodes);
+  c.kv_indices = readVector<int64_t>(file, "/tokens/kv_indices", boundBy(c.kv_offset, "/requests/kv_offset"));
   if (linkExists(file, "/values"))
   {
     // Shapes are checked before reading, against sizes that must be valid first.

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <deque>
 #include <queue>
 #include <vector>
@@ -73,10 +74,22 @@ namespace
   throw InputError(key + ": " + value + " " + rule);
 }
 
+/// A number as a person writes it: whole numbers without a fraction, others and huge ones in %g
+/// (std::to_string printed 2.000000 and 1e308 as 309 digits).
+std::string numberText(double v)
+{
+  char buf[32];
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15)
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  else
+    std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
 void checkRange(std::string const &key, double v, double lo, double hi)
 {
   if (!(v >= lo && v <= hi))
-    badKey(key, std::to_string(v), "is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    badKey(key, numberText(v), "is outside [" + numberText(lo) + ", " + numberText(hi) + "]");
 }
 
 void checkLength(std::string const &key, LengthDistribution const &d)

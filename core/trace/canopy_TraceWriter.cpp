@@ -3,10 +3,13 @@
 #include "canopy_TraceWriter.hpp"
 
 #include "canopy_Error.hpp"
+#include "canopy_SyncedWrite.hpp"
 #include "canopy_TraceHdf5.hpp"
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <unistd.h>
 
@@ -91,22 +94,20 @@ void writeColumnsUnchecked(std::string const &path, TraceColumns const &columns,
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))
     throw InputError(path + ": output folder '" + dir.string() + "' does not exist");
+  // HDF5 builds the file in memory and this process writes it: a full disk is then a failed write(2)
+  // reported here, never an HDF5 file left open that the library's exit handler trips over.
+  std::vector<unsigned char> const image = writeColumnsImage(columns, options);
   std::string const tmp = tempNameFor(path);
   try
   {
-    Hid file = ownFile(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-    if (!file.valid())
-      throw RuntimeFailure("trace writer: cannot create " + tmp + " (HDF5: " + hdf5ErrorMessage() + ")");
-    writeFile(file.get(), columns, options);
-    if (!file.close())
-      throw RuntimeFailure("trace writer: closing " + tmp + " failed (HDF5: " + hdf5ErrorMessage() + ")");
+    writeSynced(tmp, image.data(), image.size());
     if (std::rename(tmp.c_str(), path.c_str()) != 0)
-      throw RuntimeFailure("trace writer: cannot rename " + tmp + " to " + path);
+      throw RuntimeFailure("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
   }
-  catch (...)
+  catch (RuntimeFailure const &e)
   {
     std::remove(tmp.c_str());
-    throw;
+    throw RuntimeFailure(std::string("trace writer: ") + e.what());
   }
 }
 

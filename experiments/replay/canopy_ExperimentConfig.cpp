@@ -1,5 +1,7 @@
 #include "canopy_ExperimentConfig.hpp"
 
+#include "canopy_BoundedRead.hpp"
+
 #include "canopy_Error.hpp"
 #include "canopy_InputLimits.hpp"
 #include "canopy_Registry.hpp"
@@ -51,6 +53,7 @@ std::string contentHash(std::string const &bytes) { return hexOf(fnv1a(FNV_OFFSE
 
 std::string fileContentHash(std::string const &path)
 {
+  requireRegularFile(path, "trace");  // a device or FIFO never ends
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw InputError(path + ": cannot be read to hash its contents");
@@ -107,6 +110,10 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
       if (!fs::exists(c.traces[i]))
         throw InputError("inputs.traces[" + std::to_string(i) + "]: no such file '" + c.traces[i] + "'");
     }
+    std::vector<std::string> resolved;
+    for (std::string const &t : c.traces)
+      resolved.push_back(std::filesystem::weakly_canonical(t).string());
+    requireUnique(resolved, r.path("traces"));
     for (TomlTable &s : r.subArray("sweep"))
     {
       ShapeSweep sw;
@@ -135,6 +142,10 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
       requireWithin(limits::TREE, sw.tree, s.path("tree"));
       requireWithin(limits::PREFIX, sw.prefix, s.path("prefix"));
       requireWithin(limits::STEPS, sw.steps, s.path("steps"));
+      requireUnique(sw.batch, s.path("batch"));
+      requireUnique(sw.heads, s.path("heads"));
+      requireUnique(sw.tree, s.path("tree"));
+      requireUnique(sw.prefix, s.path("prefix"));
       requireFinite(sw.pool_slack, 1, 1e6, s.path("pool_slack"));
       requireFinite(sw.mean_run, 1, 1e18, s.path("mean_run"));
       c.sweeps.push_back(sw);
@@ -172,23 +183,28 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
     TomlTable r = top.sub("options");
     std::vector<std::string> masks, ws, modes;
     r.getList("mask", masks);
+    requireUnique(masks, r.path("mask"));
     if (!masks.empty())
       c.masks.clear();
     for (size_t i = 0; i < masks.size(); ++i)
       c.masks.push_back(parseMaskLayout(masks[i], "options.mask[" + std::to_string(i) + "]"));
     r.getList("nsplit", c.nsplit);
     requireWithin(limits::NSPLIT, c.nsplit, r.path("nsplit"));  // 0 = auto (the design chooses from the bounds)
+    requireUnique(c.nsplit, r.path("nsplit"));
     r.getList("workspace", ws);
+    requireUnique(ws, r.path("workspace"));
     if (!ws.empty())
       c.workspace.clear();
     for (size_t i = 0; i < ws.size(); ++i)
       c.workspace.push_back(parseWorkspaceStrategy(ws[i], "options.workspace[" + std::to_string(i) + "]"));
     r.getList("mode", modes);
+    requireUnique(modes, r.path("mode"));
     if (!modes.empty())
       c.modes.clear();
     for (size_t i = 0; i < modes.size(); ++i)
       c.modes.push_back(parseEnum<ExecMode>(modes[i], "options.mode[" + std::to_string(i) + "]"));
     r.getList("l2_flush", c.l2_flush);
+    requireUnique(c.l2_flush, r.path("l2_flush"));
     r.getList("buckets", c.buckets);
     requireWithin(limits::BUCKET, c.buckets, r.path("buckets"));
     for (size_t i = 1; i < c.buckets.size(); ++i)

@@ -4,12 +4,14 @@
 #pragma once
 
 #include "canopy_Error.hpp"
+#include "canopy_MemoryEstimate.hpp"
 
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace canopy
@@ -73,12 +75,41 @@ inline void requireFinite(double value, double lo, double hi, std::string const 
     throw InputError(key + ": must be a finite number in [" + text(lo) + ", " + text(hi) + "], got " + text(value));
 }
 
-/// \brief No name twice (each design would get duplicate rows); names the first repeat.
-inline void requireUnique(std::vector<std::string> const &names, std::string const &key)
+/// \brief InputError when a shape needs more host memory than this machine has: "<key>: <shape> needs
+/// about N bytes (G GiB) of host memory, more than the M bytes (..) this machine has", with the flag
+/// that skips the check. Estimated from the shape alone (problemHostBytes), before any allocation.
+inline void requireFitsInMemory(double bytes, std::string const &key, std::string const &shape,
+                                std::string const &override_flag)
 {
-  std::set<std::string> seen;
-  for (size_t i = 0; i < names.size(); ++i)
-    if (!seen.insert(names[i]).second)
-      throw InputError(key + "[" + std::to_string(i) + "]: '" + names[i] + "' is listed twice");
+  double const have = static_cast<double>(hostMemoryBytes());
+  if (bytes <= have)
+    return;
+  auto const text = [](double b) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.0f bytes (%.1f GiB)", b, b / (1024.0 * 1024.0 * 1024.0));
+    return std::string(buf);
+  };
+  throw InputError(key + ": " + shape + " needs about " + text(bytes) + " of host memory, more than the " + text(have) +
+                   " this machine has; choose a smaller shape, or pass " + override_flag + " to try anyway");
+}
+
+/// \brief No value twice (each would get duplicate rows, and the baseline's speedups would count it
+/// twice); names the first repeat.
+template <class T>
+void requireUnique(std::vector<T> const &values, std::string const &key)
+{
+  std::set<T> seen;
+  for (size_t i = 0; i < values.size(); ++i)
+    if (!seen.insert(values[i]).second)
+    {
+      std::string text;
+      if constexpr (std::is_same_v<T, std::string>)
+        text = "'" + values[i] + "'";
+      else if constexpr (std::is_same_v<T, bool>)
+        text = values[i] ? "true" : "false";
+      else
+        text = std::to_string(values[i]);
+      throw InputError(key + "[" + std::to_string(i) + "]: " + text + " is listed twice");
+    }
 }
 } // namespace canopy

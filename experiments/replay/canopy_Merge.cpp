@@ -104,6 +104,9 @@ void checkShardRows(ShardResults const &s, int k, int n)
   if (wrote != std::to_string(s.results.rows.size()))
     throw InputError(s.source + ": holds " + std::to_string(s.results.rows.size()) + " rows, but the run wrote " +
                      (wrote.empty() ? std::string("an unknown number") : wrote) + " (rows removed or added by hand?)");
+  if (envOf(s, "rows_identity") != rowsIdentityDigest(s.results.rows))
+    throw InputError(s.source + ": its rows are not the ones the run wrote (environment.rows_identity differs from "
+                     "their design, input, group, options and order: a row edited by hand?); rerun the shard");
 }
 } // namespace
 
@@ -182,6 +185,7 @@ ResultSet mergeShards(std::vector<ShardResults> const &shards, MergeOptions cons
   merged.environment["host"] = host_list;
   merged.environment["device"] = devices;
   merged.environment["rows"] = std::to_string(merged.rows.size());
+  merged.environment["rows_identity"] = rowsIdentityDigest(merged.rows);
   computeSpeedups(merged);
   return merged;
 }

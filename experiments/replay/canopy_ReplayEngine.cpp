@@ -379,6 +379,7 @@ ResultSet runExperiment(ExperimentConfig const &c, ProgressFn const &progress)
   // What canopy merge checks a shard against: the run's layout (from the config) and the rows written.
   rs.environment["layout"] = runLayoutText(layout);
   rs.environment["rows"] = std::to_string(rs.rows.size());
+  rs.environment["rows_identity"] = rowsIdentityDigest(rs.rows);
   return rs;
 }
 } // namespace canopy

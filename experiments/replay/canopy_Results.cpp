@@ -167,6 +167,36 @@ void computeSpeedups(ResultSet &rs)
   }
 }
 
+namespace
+{
+/// One row as results.json holds it; only the fields \p keep accepts when given.
+nlohmann::ordered_json rowJson(ResultRow const &r, std::function<bool(char const *)> const &keep = {})
+{
+  nlohmann::ordered_json o;
+  forEachField(r, [&](char const *key, auto const &v) {
+    if (keep && !keep(key))
+      return;
+    if constexpr (std::is_enum_v<std::decay_t<decltype(v)>>)
+      o[key] = toString(v);
+    else
+      o[key] = v;
+  });
+  return o;
+}
+} // namespace
+
+std::string rowsIdentityDigest(std::vector<ResultRow> const &rows)
+{
+  static std::set<std::string> const identity{"input",     "group",           "trace",  "batch",  "heads", "tree",
+                                              "prefix",    "ragged",          "compacted", "values", "recorded_values",
+                                              "design",    "mask",            "nsplit", "workspace", "mode",
+                                              "l2_flush",  "order"};
+  std::string text;
+  for (ResultRow const &r : rows)
+    text += rowJson(r, [](char const *key) { return identity.count(key) > 0; }).dump() + "\n";
+  return contentHash(text);
+}
+
 std::string toJson(ResultSet const &rs)
 {
   nlohmann::ordered_json j;
@@ -178,16 +208,7 @@ std::string toJson(ResultSet const &rs)
   j["environment"] = rs.environment;
   j["rows"] = nlohmann::ordered_json::array();
   for (auto const &r : rs.rows)
-  {
-    nlohmann::ordered_json o;
-    forEachField(r, [&](char const *key, auto const &v) {
-      if constexpr (std::is_enum_v<std::decay_t<decltype(v)>>)
-        o[key] = toString(v);
-      else
-        o[key] = v;
-    });
-    j["rows"].push_back(std::move(o));
-  }
+    j["rows"].push_back(rowJson(r));
   return j.dump(2) + "\n";
 }
 

@@ -148,6 +148,12 @@ struct ResultSet
 /// saying how to regenerate or convert the file when its schema is not RESULTS_SCHEMA.
 ResultSet resultSetFromJson(std::string const &text, std::string const &source);
 
+/// \brief A digest of what each row is, in row order: its input (trace, shape, values), group, design,
+/// options and order, not its measurements. `canopy run` writes it to environment.rows_identity and
+/// `canopy merge` recomputes it, so a shard whose rows were edited (a design, mask, split count or
+/// trace changed by hand) is refused instead of merged as a row that never ran.
+std::string rowsIdentityDigest(std::vector<ResultRow> const &rows);
+
 /// \brief Fills ResultRow::speedup against \p baseline, matching input, group and options.
 void computeSpeedups(ResultSet &results);
 

@@ -3,12 +3,12 @@
 /// unknown keys rejected: the one config reader of `canopy run` and `canopy trace synth`.
 #pragma once
 
+#include "canopy_BoundedRead.hpp"
 #include "canopy_Error.hpp"
 
 #include <toml++/toml.h>
 
 #include <cstdint>
-#include <fstream>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -18,15 +18,11 @@
 
 namespace canopy
 {
-/// \brief The whole of config file \p path as text; a file that cannot be opened is an InputError.
+/// \brief The whole of config file \p path as text: a regular file of at most file_caps::CONFIG
+/// bytes, or an InputError naming it.
 inline std::string readConfigText(std::string const &path)
 {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw InputError("config: cannot open '" + path + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return readRegularFile(path, "config", file_caps::CONFIG);
 }
 
 /// \brief Parses TOML text; a syntax error becomes InputError "source:line:col: TOML syntax error: ...".

@@ -17,6 +17,7 @@ docs/python.md is the full reference.
 from __future__ import annotations
 
 import ctypes
+import numbers
 import sys
 
 from . import _abi
@@ -119,6 +120,17 @@ def verify_attention(q, kv_pool, out, *, kv_indptr, kv_indices, qo_indptr, out_c
     return out
 
 
+def _int(name, value, bits):
+    """``value`` as a signed integer of ``bits`` bits, or ValueError naming ``name``: a ctypes field
+    would silently keep the low bits (heads=2**32 + 2 became 2)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name}: expected an integer, got {value!r}")
+    value = int(value)
+    if not -(1 << (bits - 1)) <= value < (1 << (bits - 1)):
+        raise ValueError(f"{name}: {value} does not fit in a signed {bits}-bit integer")
+    return value
+
+
 class Plan:
     """One design planned for a graph bucket: plan once (allocations happen here), run many times.
 
@@ -134,8 +146,10 @@ class Plan:
         self.design = design
         self.mask = mask
         self._handle = ctypes.c_void_p()
-        params = _abi.PlanParams(design.encode(), int(heads), int(max_batch), int(max_tree or 0), int(max_nodes),
-                                 int(max_prefix), mask.encode(), workspace.encode(), int(nsplit), int(device))
+        params = _abi.PlanParams(design.encode(), _int("heads", heads, 32), _int("max_batch", max_batch, 32),
+                                 _int("max_tree", max_tree or 0, 32), _int("max_nodes", max_nodes, 64),
+                                 _int("max_prefix", max_prefix, 64), mask.encode(), workspace.encode(),
+                                 _int("nsplit", nsplit, 32), _int("device", device, 32))
         message = ctypes.create_string_buffer(_MESSAGE_BYTES)
         _raise_for(_abi.lib.canopy_plan_create(ctypes.byref(params), ctypes.byref(self._handle), message,
                                                _MESSAGE_BYTES), message)

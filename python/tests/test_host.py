@@ -192,6 +192,20 @@ def test_bad_arguments():
     assert np.all(out == 0xFFFF)
 
 
+@pytest.mark.parametrize("field, value, message", [
+    ("heads", 2**32 + 2, r"^heads: 4294967298 does not fit in a signed 32-bit integer"),
+    ("max_batch", -2**31 - 1, r"^max_batch: -2147483649 does not fit in a signed 32-bit integer"),
+    ("max_prefix", 2**64, r"^max_prefix: 18446744073709551616 does not fit in a signed 64-bit integer"),
+    ("max_nodes", 2.5, r"^max_nodes: expected an integer, got 2.5"),
+    ("nsplit", True, r"^nsplit: expected an integer, got True"),
+])
+def test_plan_integers_are_checked_as_given(field, value, message):
+    args = dict(heads=2, max_batch=1, max_nodes=1, max_prefix=1, mask="tree")
+    args[field] = value
+    with pytest.raises(ValueError, match=message):
+        canopy.Plan("reference", **args)
+
+
 def test_cuda_designs_refuse_host_arrays():
     cuda = [d["name"] for d in canopy.designs() if d["memory"] == "cuda"]
     if not cuda:

@@ -112,6 +112,13 @@ TEST(ExperimentConfig, badConfigsNameTheKey)
   expectBad(edited("[inputs]\n", "[inputs]\nmax_steps = -1\n"), "inputs.max_steps: must be in [0, ");
   expectBad(edited("names = [\"reference\"]", "names = [\"reference\", \"reference\"]"),
             "designs.names[1]: 'reference' is listed twice");
+  // An option value or input listed twice would duplicate rows and count twice in the speedups.
+  expectBad(kMinimal + "[options]\nmask = [\"tree\", \"tree\"]\n", "options.mask[1]: 'tree' is listed twice");
+  expectBad(kMinimal + "[options]\nnsplit = [4, 8, 4]\n", "options.nsplit[2]: 4 is listed twice");
+  expectBad(kMinimal + "[options]\nmode = [\"eager\", \"eager\"]\n", "options.mode[1]: 'eager' is listed twice");
+  expectBad(kMinimal + "[options]\nl2_flush = [true, true]\n", "options.l2_flush[1]: true is listed twice");
+  expectBad(kMinimal + "[options]\nworkspace = [\"grow\", \"grow\"]\n", "options.workspace[1]: 'grow' is listed twice");
+  expectBad(kMinimal + "[[inputs.sweep]]\nbatch = [2, 2]\n", "inputs.sweep[1].batch[1]: 2 is listed twice");
   // The CLI's limits apply to config keys too (a 27 TB workspace, a bare bad_alloc before).
   expectBad(kMinimal + "[options]\nnsplit = [100000000]\n", "options.nsplit[0]: must be in [0, 1024]");
   expectBad(kMinimal + "[[inputs.sweep]]\ntree = [100000]\n", "inputs.sweep[1].tree[0]: must be in [1, 1024]");

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,7 @@ TEST(Shards, mergedShardsGiveTheRowsOfOneRun)
   ResultSet const back = resultSetFromJson(toJson(shards[1].results), "shard1/results.json");
   expectSameRows(shards[1].results, back);
   EXPECT_EQ(back.environment, shards[1].results.environment);
+  EXPECT_EQ(rowsIdentityDigest(back.rows), back.environment.at("rows_identity"));
 }
 
 TEST(Shards, shardsSplitByInputAndOptionsNeverByDesign)
@@ -174,6 +176,21 @@ TEST(Shards, mergeRefusesShardsThatDoNotBelongTogether)
   std::vector<ShardResults> recounted = with(2, "rows", "99");
   expectRefused(recounted, "shard2: holds");
 
+  // A row whose identity was edited (what it ran changed, its place kept) is not a row of the run.
+  std::vector<std::function<void(ResultRow &)>> const edits{
+      [](ResultRow &r) { r.design = r.design == "reference" ? "kokkos-team" : "reference"; },
+      [](ResultRow &r) { r.mask = r.mask == MaskLayout::kTree ? MaskLayout::kParents : MaskLayout::kTree; },
+      [](ResultRow &r) { r.nsplit += 1; },
+      [](ResultRow &r) { r.axes.trace = "data/other.h5"; },
+      [](ResultRow &r) { r.axes.prefix *= 2; },
+  };
+  for (size_t e = 0; e < edits.size(); ++e)
+  {
+    SCOPED_TRACE("edit " + std::to_string(e));
+    std::vector<ShardResults> edited = good;
+    edits[e](edited[1].results.rows.front());
+    expectRefused(edited, "shard1: its rows are not the ones the run wrote");
+  }
   std::vector<ShardResults> const mixed = with(1, "device", "another GPU");
   expectRefused(mixed, "--allow-mixed-devices");
   MergeOptions allow;

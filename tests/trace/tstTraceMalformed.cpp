@@ -439,8 +439,45 @@ TEST(TraceMalformed, declaredSizesAreCheckedBeforeAllocating)
     {
       TraceReadOptions o;
       o.isolate = isolate;
-      expectInputError([&] { TraceReader r(path, o); }, {"declared.h5", "/tokens/kv_indices", declared > Impl::MAX_DATASET_ELEMENTS ? "more than a trace may hold" : "chunks stored"});
+      expectInputError([&] { TraceReader r(path, o); },
+                       {"declared.h5", "/tokens/kv_indices", "more than the", "/requests/kv_offset", "before reading"});
     }
+  }
+}
+
+TEST(TraceMalformed, datasetsLongerThanTheirOffsetsAreRefusedBeforeInflating)
+{
+  // Zeros compress about 1000:1, so a small file can hold a dataset that inflates to gigabytes; the
+  // offsets read before it already say how long it may be. Each indexed dataset, stored in full.
+  struct Case
+  {
+    char const *dataset;
+    hid_t type;
+    char const *offsets;
+  };
+  for (Case const &k : {Case{"/tokens/kv_indices", H5T_STD_I64LE, "/requests/kv_offset"},
+                        Case{"/tree/parent", H5T_STD_I32LE, "/requests/tree_offset"},
+                        Case{"/requests/request_id", H5T_STD_I64LE, "/steps/request_offset"},
+                        Case{"/requests/tree_offset", H5T_STD_I64LE, "/steps/request_offset"}})
+  {
+    std::string const path = writeValid("inflate.h5");
+    hsize_t const n = hsize_t{1} << 22;
+    {
+      H5Edit e(path);
+      e.remove(k.dataset);
+      std::vector<int64_t> const zeros(n, 0);
+      Impl::Hid space = Impl::ownSpace(H5Screate_simple(1, &n, nullptr));
+      Impl::Hid dcpl = Impl::ownPlist(H5Pcreate(H5P_DATASET_CREATE));
+      hsize_t const chunk = 1 << 16;
+      H5Pset_chunk(dcpl.get(), 1, &chunk);
+      H5Pset_deflate(dcpl.get(), 9);
+      Impl::Hid ds = Impl::ownDataset(H5Dcreate2(e.file(), k.dataset, k.type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+      ASSERT_TRUE(ds.valid());
+      ASSERT_GE(H5Dwrite(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, zeros.data()), 0);
+    }
+    ASSERT_LT(std::filesystem::file_size(path), n / 16) << "the dataset is stored compressed";
+    expectInputError([&] { TraceReader r(path); },
+                     {"inflate.h5", k.dataset, "declares 4194304 entries", k.offsets, "before reading"});
   }
 }
 

@@ -9,7 +9,11 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <fstream>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace canopy::test
 {
@@ -255,6 +259,40 @@ TEST(TraceRoundTrip, writerIsAtomicAndRefusesInvalidContent)
   EXPECT_EQ(TraceReader(path).info().source, "replacement");
 
   expectInputError([&] { writeTraceColumns(tempPath("x") + "/no/such/dir/t.h5", good); }, {"output folder", "does not exist"});
+}
+
+TEST(TraceRoundTrip, aFullDiskIsAFailureNamingTheFileNeverACrash)
+{
+  // A file size limit makes write(2) fail as a full disk does. In a child, so the limit (and the exit
+  // handlers of HDF5, which once tripped over a file left open by the failed write) stay there.
+  std::string const path = tempPath("full.h5");
+  TraceColumns const c = smallColumns(60);
+  pid_t const child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0)
+  {
+    std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim{4096, 4096};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+    try
+    {
+      writeTraceColumns(path, c);
+    }
+    catch (RuntimeFailure const &e)
+    {
+      bool const named = std::string(e.what()).find("full.h5") != std::string::npos &&
+                         std::string(e.what()).find("trace writer") != std::string::npos;
+      std::exit(named ? 3 : 10);
+    }
+    std::exit(11);  // written within 4 KiB: the test proves nothing
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the writer died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 3) << "10: message does not name the file; 11: nothing failed";
+  EXPECT_FALSE(std::filesystem::exists(path));
+  for (auto const &e : std::filesystem::directory_iterator(std::filesystem::path(path).parent_path()))
+    EXPECT_EQ(e.path().filename().string().find("full.h5.tmp"), std::string::npos) << "temporary left behind";
 }
 
 TEST(TraceRoundTrip, contentWithMismatchedTreeIsRejected)
