@@ -30,8 +30,8 @@ struct CudaKernel
   SplitTile tile;    ///< what suggestNsplit counts in (split designs)
   int arch = 0;      ///< the one compute capability (major * 10 + minor) its cubin serves; 0 = any
   char const *mma = "mma";  ///< the MMA instruction family, first word of the path ("mma", "wgmma")
-  /// How its producer copies: 0 cp.async, 1 bulk tensor copy (path "-tma"), 2 bulk tensor copy
-  /// shared by a CTA pair where the bucket has two row tiles (path "-c2", else "-c1").
+  /// CTAs that share each gathered KV tile: 0 none, 2 pairs where the bucket has two row tiles
+  /// (path "-c2", else "-c1").
   int cluster = 0;
 };
 CudaKernel const SM120{"cuda-sm120", "launchVerifySm120", launchVerifySm120, sm120SharedBytes, prepareVerifyKernels,
@@ -42,12 +42,9 @@ CudaKernel const SM90{"cuda-sm90", "launchVerifySm90", launchVerifySm90, sm90Sha
                       SM90_SPLIT_TILE, 90, "wgmma"};
 CudaKernel const SM90_SYNC{"cuda-sm90-sync", "launchVerifySm90Sync", launchVerifySm90Sync, sm90SharedBytes,
                            prepareSm90Kernel, true, SM90_SPLIT_TILE, 90, "wgmma"};
-CudaKernel const SM90_TMA{"cuda-sm90-tma", "launchVerifySm90Tma",
-                          [](VerifyParams const &p, cudaStream_t s) { return launchVerifySm90Tma(p, s, 1); },
-                          sm90SharedBytes, prepareSm90Kernel, true, SM90_SPLIT_TILE, 90, "wgmma", 1};
-CudaKernel const SM90_C2{"cuda-sm90-c2", "launchVerifySm90Tma",
+CudaKernel const SM90_C2{"cuda-sm90-c2", "launchVerifySm90Pairs",
                          [](VerifyParams const &p, cudaStream_t s) {
-                           return launchVerifySm90Tma(p, s, sm90ClusterFor(p.max_tree, p.batch.num_heads));
+                           return launchVerifySm90Pairs(p, s, sm90ClusterFor(p.max_tree, p.batch.num_heads));
                          },
                          sm90SharedBytes, prepareSm90Kernel, true, SM90_SPLIT_TILE, 90, "wgmma", 2};
 CudaKernel const FLAT{"cuda-flat", "launchVerifyFlat", launchVerifyFlat, flatSharedBytes, prepareVerifyKernels, false,
@@ -70,7 +67,7 @@ public:
   {
     if (!_kernel.splits)
       return name() + "/mma-flat/<layout>";
-    std::string const mma = std::string(_kernel.mma) + (_kernel.cluster == 1 ? "-tma" : _kernel.cluster == 2 ? "-c<C>" : "");
+    std::string const mma = std::string(_kernel.mma) + (_kernel.cluster == 2 ? "-c<C>" : "");
     return name() + "/" + mma + "-split<N>-" + (_bf16 ? "bf16" : "f32") + "/<layout> (split-K + combine), " + name() +
            "/" + mma + "-direct/<layout> (NSPLIT 1)";
   }
@@ -181,15 +178,10 @@ public:
   }
 
 private:
-  /// The copy mechanism in the path: "-tma", or "-c2" / "-c1" for the cluster size the bucket gets.
+  /// The cluster in the path: "-c2" / "-c1" for the cluster size the bucket gets.
   std::string copyTag(PlanBounds const &bounds) const
   {
-    switch (_kernel.cluster)
-    {
-    case 1: return "-tma";
-    case 2: return "-c" + std::to_string(sm90ClusterFor(bounds.max_tree, bounds.num_heads));
-    default: return "";
-    }
+    return _kernel.cluster == 2 ? "-c" + std::to_string(sm90ClusterFor(bounds.max_tree, bounds.num_heads)) : "";
   }
   size_t boundsWorkspaceBytes() const
   {
@@ -269,9 +261,9 @@ DesignPtr makeSm90SyncDesign(bool partial_bf16)
 {
   return std::make_unique<CudaVerifyDesign>(SM90_SYNC, partial_bf16);
 }
-DesignPtr makeSm90TmaDesign(int cluster)
+DesignPtr makeSm90PairDesign()
 {
-  return std::make_unique<CudaVerifyDesign>(cluster == 1 ? SM90_TMA : SM90_C2, false);
+  return std::make_unique<CudaVerifyDesign>(SM90_C2, false);
 }
 DesignPtr makeFlatDesign() { return std::make_unique<CudaVerifyDesign>(FLAT, false); }
 } // namespace cuda
@@ -302,16 +294,11 @@ void registerCudaDesigns()
                  "their score wgmma, one CTA barrier per tile (experimental: 1.12-1.31x slower on the H200, "
                  "docs/results/cuda-sm90.md; kept for the ablation)",
                  [] { return cuda::makeSm90SyncDesign(false); }, /*experimental=*/true);
-  registerDesign("cuda-sm90-tma",
-                 "cuda-sm90 whose producer gathers the K/V rows with the bulk tensor copy (one-row boxes of a "
-                 "tensor map over the pool, completed on the stage's mbarrier by byte count) instead of cp.async "
-                 "(experimental: docs/results/cuda-sm90.md, \"Cluster sharing\")",
-                 [] { return cuda::makeSm90TmaDesign(1); }, /*experimental=*/true);
   registerDesign("cuda-sm90-c2",
-                 "cuda-sm90-tma in clusters of two CTAs over consecutive row tiles of a split: each gathers half "
-                 "of every KV tile and multicasts it into both, so a KV tile leaves L2 once per pair "
-                 "(experimental: docs/results/cuda-sm90.md, \"Cluster sharing\")",
-                 [] { return cuda::makeSm90TmaDesign(2); }, /*experimental=*/true);
+                 "cuda-sm90 in clusters of two CTAs over consecutive row tiles of a split: each gathers half of "
+                 "every KV tile with cp.async and forwards it to the other through distributed shared memory, so a "
+                 "KV tile leaves L2 once per pair (experimental: docs/results/cuda-sm90.md, \"Cluster sharing\")",
+                 [] { return cuda::makeSm90PairDesign(); }, /*experimental=*/true);
   registerDesign("cuda-flat",
                  "CUDA baseline with SGLang's Triton extend-kernel structure: block per (request, head, "
                  "32-node tile), whole prefix serially, K and V loaded separately",

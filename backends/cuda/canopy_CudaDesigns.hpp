@@ -17,8 +17,8 @@ DesignPtr makeSm120WideDesign(bool partial_bf16 = false);
 DesignPtr makeSm90Design(bool partial_bf16 = false);
 /// \brief cuda-sm90-sync: cuda-sm90 without the producer warpgroup (experimental; sm_90 GPUs only).
 DesignPtr makeSm90SyncDesign(bool partial_bf16 = false);
-/// cuda-sm90-tma (\p cluster 1) or cuda-sm90-c2 (\p cluster 2).
-DesignPtr makeSm90TmaDesign(int cluster);
+/// \brief cuda-sm90-c2: cuda-sm90 in CTA pairs sharing each gathered KV tile (experimental; sm_90 only).
+DesignPtr makeSm90PairDesign();
 /// \brief cuda-flat (never splits, so it has no partials).
 DesignPtr makeFlatDesign();
 

@@ -189,6 +189,16 @@ __device__ __forceinline__ void tmaLoad2d(uint32_t dst, void const *map, int col
                  ::"r"(dst), "l"(m), "r"(col), "r"(row), "r"(bar), "h"(cta_mask)
                  : "memory");
 }
+/// Copies \p bytes (a multiple of 16) of this CTA's shared memory at \p src to \p dst, a
+/// shared::cluster address in another CTA of the cluster (mapa), completing them on the mbarrier at
+/// \p dst_bar (a shared::cluster address in that CTA). The source is read through the async proxy:
+/// what generic writes (stores, cp.async) put there must be fenced for it first (fenceProxyAsync).
+__device__ __forceinline__ void bulkCopyToPeer(uint32_t dst, uint32_t src, uint32_t bytes, uint32_t dst_bar)
+{
+  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               ::"r"(dst), "r"(src), "r"(bytes), "r"(dst_bar)
+               : "memory");
+}
 /// Arrives on \p bar once every cp.async this thread issued so far has landed (the mbarrier counts
 /// it as one of its arrivals): the copies complete without the thread waiting for them.
 __device__ __forceinline__ void cpAsyncMbarrierArrive(uint32_t bar)

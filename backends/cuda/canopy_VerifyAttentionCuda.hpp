@@ -105,12 +105,11 @@ cudaError_t launchVerifySm90(VerifyParams const &p, cudaStream_t stream);
 /// \brief cuda-sm90-sync: the cuda-sm90 tile without the producer: the two warpgroups issue the
 /// copies themselves, one CTA barrier per tile (same shared memory, params, workspace and combine).
 cudaError_t launchVerifySm90Sync(VerifyParams const &p, cudaStream_t stream);
-/// \brief cuda-sm90-tma (\p cluster 1) and cuda-sm90-c2 (\p cluster 2): the cuda-sm90 tile whose
-/// producer gathers the K/V rows with the bulk tensor copy (one-row boxes from a tensor map over
-/// the pool, encoded here: host work only); with \p cluster 2, two CTAs over consecutive row tiles
-/// of one split each gather half of every KV tile and multicast it into both (same params,
-/// workspace and combine). Enqueue only; sm_90 only.
-cudaError_t launchVerifySm90Tma(VerifyParams const &p, cudaStream_t stream, int cluster);
+/// \brief cuda-sm90-c2: the cuda-sm90 tile in clusters of \p cluster CTAs (1 or 2) over
+/// consecutive row tiles of one split; in a pair whose two row tiles have work, each CTA gathers
+/// half of every KV tile with cp.async and forwards it to the other through distributed shared
+/// memory (same params, workspace and combine). Enqueue only; sm_90 only.
+cudaError_t launchVerifySm90Pairs(VerifyParams const &p, cudaStream_t stream, int cluster);
 /// \brief The cluster size cuda-sm90-c2 launches for a bucket: 2 when a request can have two row
 /// tiles (max_tree x num_heads > 64), else 1 (nothing to share).
 int sm90ClusterFor(int max_tree, int num_heads);

@@ -17,11 +17,8 @@
 /// without the producer ~6,700, of which an ablation put ~1,800 in the copies' issue. What is left
 /// is the score wgmma (~2,300) and the softmax and exchanges serialised with it (~1,800).
 #include "canopy_Sm90Ptx.cuh"
-#include "canopy_TensorMap.hpp"
 #include "canopy_VerifyAttentionKernel.cuh"
 #include "canopy_VerifyAttentionLaunch.cuh"
-
-#include <cuda.h>
 
 #include <mutex>
 #include <type_traits>
@@ -58,7 +55,7 @@ struct Sm90Config
   static constexpr int MAX_TILE_NODES = M_TILE;
   static constexpr int RING_BYTES = 2 * N_TILE * 8;
   static constexpr int INFO_BYTES = 128;
-  static constexpr int BAR_BYTES = 2 * KV_STAGES * 8;  ///< mbarriers full[stage], empty[stage] (producer schedule only)
+  static constexpr int BAR_BYTES = 3 * KV_STAGES * 8;  ///< mbarriers full, empty, half per stage (producer schedules only)
   /// The shared-memory plan, in this order. The wgmma operands start on 1024-byte swizzle atoms.
   struct Smem
   {
@@ -102,71 +99,39 @@ struct Sm90ProducerConfig : Sm90Config
   static constexpr int FULL_ARRIVALS = PRODUCER_THREADS;
   static constexpr int EMPTY_ARRIVALS = THREADS / 32;
   static constexpr int ROWS_PER_WARP = N_TILE / (PRODUCER_THREADS / 32);  ///< 16 rows of a stage per producer warp
-  static_assert(PRODUCER_REGS * PRODUCER_THREADS + COMPUTE_REGS * THREADS <= 65536, "register file");
+  /// setmaxnreg moves registers within what the CTA was launched with (384 x 168): the compute
+  /// warpgroups can take only what the producer gives back (a producer at 80 left them waiting forever).
+  static constexpr int LAUNCH_REGS = 65536 / (THREADS + PRODUCER_THREADS) / 8 * 8;
+  static_assert(PRODUCER_REGS * PRODUCER_THREADS + COMPUTE_REGS * THREADS <= LAUNCH_REGS * (THREADS + PRODUCER_THREADS),
+                "register file");
 };
 
-/// cuda-sm90-tma and cuda-sm90-c2: the same tile, its producer gathering the K/V rows with the bulk
-/// tensor copy (TMA) instead of cp.async: one box of 1 row x 64 columns per swizzled block, 9 per
-/// token row, issued by one producer thread per row and completed on full[s] by byte count (one
-/// expect_tx arrival per tile). In a cluster of two CTAs (consecutive row tiles of one request and
-/// one split, the same KV rows), each CTA gathers half of the tile's rows and multicasts them into
-/// both CTAs' stage, so each KV tile leaves L2 once per pair instead of once per CTA; empty[s] then
-/// counts the compute warps of both CTAs, since either producer overwrites both stages. Model per
-/// tile and CTA (docs/results/cuda-sm90.md, "Cluster sharing"): 72 KB land in shared memory as
-/// before, but 36 KB leave L2 for it, and the producer issues 288 (pair) or 576 (alone) copy
-/// instructions instead of 4,608 cp.async of 16 bytes.
-struct Sm90TmaConfig : Sm90ProducerConfig
+/// cuda-sm90-c2: the same tile in clusters of two CTAs over consecutive row tiles of one request
+/// and one split (the same KV rows). Where both have work, each CTA's producer gathers half of every
+/// KV tile's rows with cp.async (warps 0-1, the 16-row pieces of cuda-sm90's producer), and once
+/// they have landed one thread forwards them to the peer's stage with 9 bulk shared-to-shared copies
+/// of 4 KB (rows of a 64-column block are contiguous), completed on the peer's full[s] by byte
+/// count. So each SM gathers 36 KB from L2 per tile instead of 72 KB, at the price of 36 KB read and
+/// 36 KB received through distributed shared memory. full[s] then completes on the forwarding
+/// thread's expect_tx arrival (its own half landed) and the peer's bytes; half[s] collects the 64
+/// gathering threads; empty[s] counts the compute warps of both CTAs, since either CTA's copies
+/// overwrite both stages. Model and measurement: docs/results/cuda-sm90.md, "Cluster sharing".
+struct Sm90PairConfig : Sm90ProducerConfig
 {
   static constexpr int MAX_CLUSTER = 2;
-  static constexpr int ROW_BOXES = D_QK / 64;  ///< boxes of 64 columns (one swizzled block) per token row
-  static constexpr int FULL_ARRIVALS = 1;      ///< the expect_tx arrival; the bytes complete the phase
-  static_assert(ROW_BOXES * BLOCK_BYTES == ROWS_BYTES, "a tile is ROW_BOXES blocks of 64 rows");
-  static_assert(N_TILE <= PRODUCER_THREADS, "one producer thread per gathered row");
-};
-
-/// What the TMA producer's thread t copies of the split positions [s0, s1): row row0 + t of every
-/// tile (t < rows), as ROW_BOXES boxes into the stage at the same offsets in each CTA of \p mask.
-/// A row past the split gathers row -1 of the map, which the copy engine zero-fills (its P is 0, and
-/// its V must not be NaN).
-struct TmaCopies
-{
-  using Cfg = Sm90TmaConfig;
-  VerifyParams const &p;
-  void const *map;
-  int P, s0, s1, kv0;
-  int64_t qo0;
-  int rows, row0;
-  uint16_t mask;
-  int t = static_cast<int>(threadIdx.x) - Cfg::THREADS;
-
-  __device__ __forceinline__ bool gathers() const { return t < rows; }
-  /// The pool row of this thread's row of tile j (-1 past the split).
-  __device__ __forceinline__ int slotOf(int j) const
-  {
-    int const pos = s0 + j * Cfg::N_TILE + row0 + t;
-    if (t >= rows || pos >= s1)
-      return -1;
-    return static_cast<int>(pos < P ? p.batch.kv_indices[kv0 + pos] : p.batch.out_cache_loc[qo0 + (pos - P)]);
-  }
-  /// Tile j's expected bytes (thread 0) and this thread's boxes into \p stage, completing on \p full.
-  __device__ __forceinline__ void issue(uint32_t stage, uint32_t full, int slot) const
-  {
-    if (t == 0)
-      sm90::mbarrierArriveExpectTx(full, Cfg::ROWS_BYTES);
-    if (t >= rows)
-      return;
-    uint32_t const dst = stage + (row0 + t) * sm90::SWIZZLE_ROW_BYTES;
-#pragma unroll
-    for (int c = 0; c < Cfg::ROW_BOXES; ++c)
-      sm90::tmaLoad2d(dst + c * Cfg::BLOCK_BYTES, map, c * 64, slot, full, mask);
-  }
+  static constexpr int HALF_ROWS = N_TILE / MAX_CLUSTER;             ///< rows of a tile each CTA gathers
+  static constexpr int HALF_WARPS = HALF_ROWS / ROWS_PER_WARP;        ///< producer warps that gather them
+  static constexpr int HALF_ARRIVALS = HALF_WARPS * 32;
+  static constexpr int PIECE_BYTES = HALF_ROWS * sm90::SWIZZLE_ROW_BYTES;  ///< a block's half: one bulk copy
+  static constexpr int HALF_BYTES = (D_QK / 64) * PIECE_BYTES;
+  static_assert(HALF_ROWS % ROWS_PER_WARP == 0, "whole producer warps per half");
 };
 
 /// Whether the CTA pair of row tiles (mt & ~1, mt | 1) of request b has work in split \p split for
 /// both: then they share their KV tiles; otherwise each CTA that has rows gathers alone.
 __device__ __forceinline__ bool pairServes(VerifyParams const &p, int b, int mt, int split)
 {
-  using Cfg = Sm90TmaConfig;
+  using Cfg = Sm90PairConfig;
   if (b >= p.batch.batch_size)
     return false;
   int64_t const qo0 = p.batch.qo_indptr[b];
@@ -185,12 +150,14 @@ enum Sm90Barrier : int
   kProbsReady = 2,   ///< both halves of P are in shared memory (and fenced for wgmma)
 };
 
-/// Shared addresses of the hand-off's mbarriers: full[s] at 2 s, empty[s] at 2 s + 1.
+/// Shared addresses of the hand-off's mbarriers: full[s] at 2 s, empty[s] at 2 s + 1, then half[s]
+/// (cuda-sm90-c2: this CTA's half of stage s has landed) at 2 KV_STAGES + s.
 struct StageBarriers
 {
   uint32_t base;
   __device__ __forceinline__ uint32_t full(int s) const { return base + s * 16; }
   __device__ __forceinline__ uint32_t empty(int s) const { return base + s * 16 + 8; }
+  __device__ __forceinline__ uint32_t half(int s) const { return base + 2 * 16 + s * 8; }
 };
 
 /// What a producer thread copies of the split positions [s0, s1): the slot of position pos
@@ -263,23 +230,44 @@ __device__ __forceinline__ void produceTiles(VerifyParams const &p, TileInfo con
   }
 }
 
-/// The TMA producer: for each KV tile j > 0 (tile 0 went out in the prologue), waits until stage
-/// j % 2 is free in every CTA it writes (empty[s] counts their compute warps), then issues its rows'
-/// boxes; it never waits for its own copies, which complete full[s] by their bytes.
-__device__ __forceinline__ void produceTilesTma(TmaCopies const &copies, uint32_t kv_base, StageBarriers const bars,
-                                                int ntiles)
+/// The producer of a CTA pair (cuda-sm90-c2), warps 0-1 of the producer warpgroup: for each KV
+/// tile j, waits until stage j % 2 is free in both CTAs (empty[s] counts the compute warps of both),
+/// gathers this CTA's half of the tile (tile 0 went out in the prologue), waits for it, fences it for
+/// the async proxy (wgmma here, the bulk copy to the peer) and arrives on half[s]; the first
+/// producer thread then forwards the half to the peer's stage (9 bulk copies of PIECE_BYTES,
+/// completing on the peer's full[s]) and arrives on full[s] expecting the peer's half in return.
+__device__ __forceinline__ void producePairTiles(ProducerCopies const &copies, uint32_t kv_base, StageBarriers const bars,
+                                                 int ntiles, uint32_t rank)
 {
-  using Cfg = Sm90TmaConfig;
-  if (!copies.gathers() && copies.t != 0)
-    return;
-  int slot = copies.slotOf(1);
-  for (int j = 1; j < ntiles; ++j)
+  using Cfg = Sm90PairConfig;
+  bool const forwards = threadIdx.x == Cfg::THREADS;
+  uint32_t const peer = rank ^ 1u;
+  uint32_t const half_off = rank * Cfg::PIECE_BYTES;
+  uint32_t slot_l = 0;
+  for (int j = 0; j < ntiles; ++j)
   {
     int const s = j & 1;
+    uint32_t const stage = kv_base + s * Cfg::ROWS_BYTES;
     if (j >= 2)
       sm90::mbarrierWaitCluster(bars.empty(s), ((j >> 1) - 1) & 1);
-    copies.issue(kv_base + s * Cfg::ROWS_BYTES, bars.full(s), slot);
-    slot = copies.slotOf(j + 1);
+    if (j > 0)
+      copies.issue(j, stage, slot_l);
+    uint32_t const next = copies.slotOf(j + 1);
+    cpAsyncWait<0>();
+    sm90::fenceProxyAsync();
+    sm90::mbarrierArrive(bars.half(s));
+    if (forwards)
+    {
+      sm90::mbarrierWait(bars.half(s), (j >> 1) & 1);
+      // The peer's window is contiguous: map the first piece and its barrier once.
+      uint32_t const src = stage + half_off, dst = sm90::mapShared(src, peer);
+      uint32_t const peer_full = sm90::mapShared(bars.full(s), peer);
+#pragma unroll 1
+      for (int c = 0; c < D_QK / 64; ++c)
+        sm90::bulkCopyToPeer(dst + c * Cfg::BLOCK_BYTES, src + c * Cfg::BLOCK_BYTES, Cfg::PIECE_BYTES, peer_full);
+      sm90::mbarrierArriveExpectTx(bars.full(s), Cfg::HALF_BYTES);
+    }
+    slot_l = next;
   }
 }
 
@@ -294,11 +282,10 @@ __device__ __forceinline__ void issueSwizzledRows(KvLoader<Sm90Config> const &ld
 /// and of cuda-sm90-sync (Cfg = Sm90Config: the 256 compute threads issue them, one CTA barrier
 /// per tile).
 template <class Cfg, class PartialT>
-__device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int mt, int split,
-                                               void const *pool_map = nullptr)
+__device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int mt, int split)
 {
   constexpr bool PRODUCER = ProducerThreads<Cfg>::value > 0;
-  constexpr bool TMA = std::is_same_v<Cfg, Sm90TmaConfig>;
+  constexpr bool PAIRS = std::is_same_v<Cfg, Sm90PairConfig>;
   using Smem = typename Cfg::Smem;
   constexpr int N_TILE = Cfg::N_TILE;
   extern __shared__ __align__(1024) unsigned char sm90_smem[];
@@ -320,44 +307,42 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
     __trap();  // the descriptors assume 1024-byte atoms; the dynamic shared window starts aligned
   // A CTA pair shares its KV tiles when both row tiles have work in this split (CTA-uniform, and the
   // same answer in both CTAs); a CTA whose peer has none gathers alone.
-  uint32_t const rank = TMA ? sm90::clusterRank() : 0u;
-  bool const pair = TMA && sm90::clusterSize() == 2 && pairServes(p, b, mt, split);
+  uint32_t const rank = PAIRS ? sm90::clusterRank() : 0u;
+  bool const pair = PAIRS && sm90::clusterSize() == 2 && pairServes(p, b, mt, split);
   if constexpr (PRODUCER)
     if (threadIdx.x == 0)
       for (int s = 0; s < Cfg::KV_STAGES; ++s)
       {
-        sm90::mbarrierInit(bars.full(s), Cfg::FULL_ARRIVALS);
-        sm90::mbarrierInit(bars.empty(s), Cfg::EMPTY_ARRIVALS * (pair ? 2 : 1));
+        sm90::mbarrierInit(bars.full(s), pair ? 1 : Sm90ProducerConfig::FULL_ARRIVALS);
+        sm90::mbarrierInit(bars.empty(s), Sm90ProducerConfig::EMPTY_ARRIVALS * (pair ? 2 : 1));
+        if constexpr (PAIRS)
+          sm90::mbarrierInit(bars.half(s), Sm90PairConfig::HALF_ARRIVALS);
       }
-  if constexpr (TMA)
-  {
-    // The first tile's boxes go out in the prologue and complete on full[0] (in the peer too): the
-    // barriers must be initialised, and visible to the copy engine and the peer, before that.
-    if (threadIdx.x == 0)
-      sm90::fenceMbarrierInit();
+  if constexpr (PAIRS)
     if (pair)
+    {
+      // The peer's producer completes bytes on this CTA's full[s] and its compute warps arrive on
+      // empty[s]: both CTAs' barriers are initialised, and visible across the cluster, first.
+      if (threadIdx.x == 0)
+        sm90::fenceMbarrierInit();
       sm90::clusterSync();
-    else
-      __syncthreads();
-  }
-  auto tmaCopies = [&](int P, int s0, int s1, int kv0, int64_t qo0) {
-    int const rows = pair ? Cfg::N_TILE / 2 : Cfg::N_TILE;
-    return TmaCopies{p,   pool_map, P, s0, s1, kv0, qo0, rows, pair ? static_cast<int>(rank) * rows : 0,
-                     static_cast<uint16_t>(pair ? 0x3 : 0x0)};
+    }
+  // A pair's producer: warps 0-1 gather this CTA's half of each tile (rows 32 rank + 16 w, +16).
+  auto pairCopies = [&](int P, int s0, int s1, int kv0, int64_t qo0) {
+    ProducerCopies c{p, P, s0, s1, kv0, qo0};
+    c.row0 += static_cast<int>(rank) * Sm90PairConfig::HALF_ROWS;
+    return c;
   };
+  bool const gathers = !pair || static_cast<int>(threadIdx.x) < Cfg::THREADS + Sm90PairConfig::HALF_ARRIVALS;
   TileSetup st;
   // The producer's first tile goes out beside the Q copy (its landing overlaps Q's); the compute
   // warps of cuda-sm90-sync copy their first tile after the prologue.
   auto first_copies = [&](int P, int s0, int s1, int kv0, int64_t qo0) {
-    if constexpr (TMA)
+    if constexpr (PRODUCER)
     {
-      TmaCopies const copies = tmaCopies(P, s0, s1, kv0, qo0);
-      copies.issue(kv_base, bars.full(0), copies.slotOf(0));
-    }
-    else if constexpr (PRODUCER)
-    {
-      ProducerCopies const copies{p, P, s0, s1, kv0, qo0};
-      copies.issue(0, kv_base, copies.slotOf(0));
+      ProducerCopies const copies = pair ? pairCopies(P, s0, s1, kv0, qo0) : ProducerCopies{p, P, s0, s1, kv0, qo0};
+      if (gathers)
+        copies.issue(0, kv_base, copies.slotOf(0));
     }
   };
   if (!beginTile<Cfg>(p, b, mt, split, 0, q_base, sm, st, first_copies))
@@ -369,14 +354,18 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
     int const warpgroup = sm90::warpUniform(static_cast<int>(threadIdx.x) / 128);
     if (warpgroup >= Cfg::WARPGROUPS)
     {
-      sm90::setMaxRegisters<Sm90ProducerConfig::PRODUCER_REGS, false>();
-      if constexpr (TMA)
-        produceTilesTma(tmaCopies(info->P, info->s0, info->s1, info->kv0, info->qo0), kv_base, bars, st.ntiles);
+      sm90::setMaxRegisters<Cfg::PRODUCER_REGS, false>();
+      if (pair)
+      {
+        if (gathers)
+          producePairTiles(pairCopies(info->P, info->s0, info->s1, info->kv0, info->qo0), kv_base, bars, st.ntiles,
+                           rank);
+      }
       else
         produceTiles(p, info, kv_base, bars, st.ntiles);
       return;
     }
-    sm90::setMaxRegisters<Sm90ProducerConfig::COMPUTE_REGS, true>();
+    sm90::setMaxRegisters<Cfg::COMPUTE_REGS, true>();
     sm90::fenceProxyAsync();  // this thread's Q copies (landed in beginTile) for the wgmma
     computeBarrier<Cfg>();
   }
@@ -597,14 +586,12 @@ __global__ void __launch_bounds__(ctaThreads<Sm90ProducerConfig>(), 1) sm90Kerne
 #endif
 }
 
-/// cuda-sm90-tma and cuda-sm90-c2 (launched in clusters of 1 or 2 along x: consecutive row tiles
-/// of one split); \p pool_map is the pool's tensor map of one-row boxes (encodeBf16RowMap).
+/// cuda-sm90-c2, launched in clusters of 1 or 2 CTAs along x (consecutive row tiles of one split).
 template <class PartialT>
-__global__ void __launch_bounds__(ctaThreads<Sm90TmaConfig>(), 1)
-    sm90TmaKernel(VerifyParams const p, int m_tiles, __grid_constant__ CUtensorMap const pool_map)
+__global__ void __launch_bounds__(ctaThreads<Sm90PairConfig>(), 1) sm90PairKernel(VerifyParams const p, int m_tiles)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  verifyTileSm90<Sm90TmaConfig, PartialT>(p, blockIdx.y, blockIdx.x % m_tiles, blockIdx.x / m_tiles, &pool_map);
+  verifyTileSm90<Sm90PairConfig, PartialT>(p, blockIdx.y, blockIdx.x % m_tiles, blockIdx.x / m_tiles);
 #else
   __trap();
 #endif
@@ -633,8 +620,8 @@ cudaError_t prepareSm90Kernel()
                           reinterpret_cast<void const *>(Impl::sm90Kernel<__nv_bfloat16>),
                           reinterpret_cast<void const *>(Impl::sm90SyncKernel<float>),
                           reinterpret_cast<void const *>(Impl::sm90SyncKernel<__nv_bfloat16>),
-                          reinterpret_cast<void const *>(Impl::sm90TmaKernel<float>),
-                          reinterpret_cast<void const *>(Impl::sm90TmaKernel<__nv_bfloat16>)})
+                          reinterpret_cast<void const *>(Impl::sm90PairKernel<float>),
+                          reinterpret_cast<void const *>(Impl::sm90PairKernel<__nv_bfloat16>)})
       if (status == cudaSuccess)
         status = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   });
@@ -655,21 +642,16 @@ cudaError_t launchVerifySm90Sync(VerifyParams const &p, cudaStream_t stream)
 int sm90ClusterFor(int max_tree, int num_heads)
 {
   int64_t const m_tiles = (static_cast<int64_t>(max_tree) * num_heads + SM90_M_TILE - 1) / SM90_M_TILE;
-  return m_tiles >= 2 ? Impl::Sm90TmaConfig::MAX_CLUSTER : 1;
+  return m_tiles >= 2 ? Impl::Sm90PairConfig::MAX_CLUSTER : 1;
 }
 
-cudaError_t launchVerifySm90Tma(VerifyParams const &p, cudaStream_t stream, int cluster)
+cudaError_t launchVerifySm90Pairs(VerifyParams const &p, cudaStream_t stream, int cluster)
 {
-  using Cfg = Impl::Sm90TmaConfig;
+  using Cfg = Impl::Sm90PairConfig;
   if (verifyParamsProblem(p) || (cluster != 1 && cluster != Cfg::MAX_CLUSTER))
     return cudaErrorInvalidValue;
   if (p.max_batch == 0 || p.max_tree == 0 || p.max_nodes == 0)
     return cudaSuccess;
-  CUtensorMap map;
-  cudaError_t e = encodeBf16RowMap(map, p.batch.kv_pool, static_cast<uint64_t>(p.batch.num_slots), D_QK,
-                                   static_cast<uint64_t>(p.kv_row_stride) * 2, 1, 64);
-  if (e != cudaSuccess)
-    return e;
   // Row tiles in whole clusters: a pair is two consecutive row tiles of one split (x = split *
   // m_tiles + m-tile); a padded tile past every request's rows exits at once and its peer gathers alone.
   int64_t m_tiles = (static_cast<int64_t>(p.max_tree) * p.batch.num_heads + Cfg::M_TILE - 1) / Cfg::M_TILE;
@@ -690,8 +672,8 @@ cudaError_t launchVerifySm90Tma(VerifyParams const &p, cudaStream_t stream, int 
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   int const mt = static_cast<int>(m_tiles);
-  e = p.partial_bf16 ? cudaLaunchKernelEx(&cfg, Impl::sm90TmaKernel<__nv_bfloat16>, p, mt, map)
-                     : cudaLaunchKernelEx(&cfg, Impl::sm90TmaKernel<float>, p, mt, map);
+  cudaError_t const e = p.partial_bf16 ? cudaLaunchKernelEx(&cfg, Impl::sm90PairKernel<__nv_bfloat16>, p, mt)
+                                       : cudaLaunchKernelEx(&cfg, Impl::sm90PairKernel<float>, p, mt);
   if (e != cudaSuccess || p.nsplit == 1)
     return e;
   return Impl::launchCombine(p, stream);

@@ -43,9 +43,10 @@ __global__ void __launch_bounds__(THREADS, 1)
   constexpr int STAGE = ROW_BOXES * BLOCK;
   extern __shared__ __align__(1024) unsigned char smem[];
   uint32_t const base = Impl::smemAddr(smem);
-  uint32_t const bars = base + STAGES * STAGE;  // full[s] at 16 s, empty[s] at 16 s + 8
+  uint32_t const bars = base + STAGES * STAGE;  // full[s] at 16 s, empty[s] at 16 s + 8, half[s] at 16 STAGES + 8 s
   auto full = [&](int s) { return bars + 16 * s; };
   auto empty = [&](int s) { return bars + 16 * s + 8; };
+  auto half = [&](int s) { return bars + 16 * STAGES + 8 * s; };
   uint32_t const csize = sm90::clusterSize(), rank = sm90::clusterRank();
   uint32_t const cid = blockIdx.x / csize;
   int const tid = threadIdx.x;
@@ -55,6 +56,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     {
       sm90::mbarrierInit(full(s), MECH == CopyMechanism::kCpAsync ? PRODUCERS : 1);
       sm90::mbarrierInit(empty(s), static_cast<int>(csize));  // each CTA's consumer warp
+      sm90::mbarrierInit(half(s), PRODUCERS);                 // kCpAsyncForward: this CTA's share landed
     }
     sm90::fenceMbarrierInit();
   }
@@ -85,6 +87,35 @@ __global__ void __launch_bounds__(THREADS, 1)
             Impl::cpAsync16(stage + (ch >> 3) * BLOCK + sm90::swizzled(r0 + i, ch & 7), src + ch * 8, true);
         }
         sm90::cpAsyncMbarrierArrive(full(s));
+      }
+      else if constexpr (MECH == CopyMechanism::kCpAsyncForward)
+      {
+        // This CTA's share (rows rank x share ...), share / 4 rows per warp; landed, fenced for the
+        // async proxy, counted on half[s]; then thread 0 sends it to every other CTA.
+        int const rows = share / 4, lane = t & 31, r0 = static_cast<int>(rank) * share + (t >> 5) * rows;
+        uint32_t const row_l = gatherRow(cid, j, r0 + (lane % rows), pool_rows);
+        for (int i = 0; i < rows; ++i)
+        {
+          uint16_t const *src = pool + static_cast<uint64_t>(__shfl_sync(0xffffffffu, row_l, i)) * D_QK;
+#pragma unroll
+          for (int ch = lane; ch < ROW_CHUNKS; ch += 32)
+            Impl::cpAsync16(stage + (ch >> 3) * BLOCK + sm90::swizzled(r0 + i, ch & 7), src + ch * 8, true);
+        }
+        Impl::cpAsyncCommit();
+        Impl::cpAsyncWait<0>();
+        sm90::fenceProxyAsync();
+        sm90::mbarrierArrive(half(s));
+        if (t == 0)
+        {
+          sm90::mbarrierWait(half(s), (j / STAGES) & 1);
+          uint32_t const piece = share * sm90::SWIZZLE_ROW_BYTES, off = rank * piece;
+          for (uint32_t c = 0; c < csize; ++c)
+            if (c != rank)
+              for (int b = 0; b < ROW_BOXES; ++b)
+                sm90::bulkCopyToPeer(sm90::mapShared(stage + b * BLOCK + off, c), stage + b * BLOCK + off, piece,
+                                     sm90::mapShared(full(s), c));
+          sm90::mbarrierArriveExpectTx(full(s), (csize - 1) * ROW_BOXES * piece);
+        }
       }
       else
       {
@@ -182,12 +213,13 @@ ProbeKernel const PROBE_KERNELS[] = {
     {CopyMechanism::kTmaRows, 3, 64, launchOne<CopyMechanism::kTmaRows, 3, 64>},
     {CopyMechanism::kTmaRows, 4, 32, launchOne<CopyMechanism::kTmaRows, 4, 32>},
     {CopyMechanism::kTmaTile, 2, 64, launchOne<CopyMechanism::kTmaTile, 2, 64>},
+    {CopyMechanism::kCpAsyncForward, 2, 64, launchOne<CopyMechanism::kCpAsyncForward, 2, 64>},
 };
 } // namespace
 
 size_t copyProbeSharedBytes(CopyProbe const &probe)
 {
-  return static_cast<size_t>(probe.stages) * probe.keys * D_QK * 2 + 16 * static_cast<size_t>(probe.stages);
+  return static_cast<size_t>(probe.stages) * probe.keys * D_QK * 2 + 24 * static_cast<size_t>(probe.stages);
 }
 
 cudaError_t launchCopyProbe(CopyProbe const &probe, uint16_t const *pool, uint32_t pool_rows, int tiles, float *sink,
@@ -199,7 +231,8 @@ cudaError_t launchCopyProbe(CopyProbe const &probe, uint16_t const *pool, uint32
     e = encodeBf16RowMap(tile_map, pool, pool_rows, D_QK, D_QK * 2, static_cast<uint32_t>(probe.keys), 64);
   if (e != cudaSuccess)
     return e;
-  if (probe.cluster < 1 || probe.cluster > 4 || (probe.cluster > 1 && probe.mechanism == CopyMechanism::kCpAsync))
+  if (probe.cluster < 1 || probe.cluster > 4 || (probe.cluster > 1 && probe.mechanism == CopyMechanism::kCpAsync) ||
+      (probe.mechanism == CopyMechanism::kCpAsyncForward && probe.cluster != 2 && probe.cluster != 4))
     return cudaErrorInvalidValue;
   for (ProbeKernel const &k : PROBE_KERNELS)
     if (k.mechanism == probe.mechanism && k.stages == probe.stages && k.keys == probe.keys)

@@ -149,10 +149,12 @@ LaunchFloor measureLaunchFloor(cudaStream_t stream, int samples)
 
 std::string CopyCeiling::label() const
 {
-  char const *const names[] = {"cp.async 16 B gather", "TMA one-row boxes", "TMA 64-row tiles (contiguous)"};
+  char const *const names[] = {"cp.async 16 B gather", "TMA one-row boxes", "TMA 64-row tiles (contiguous)",
+                               "cp.async 16 B gather of a share"};
   std::string s = names[static_cast<int>(probe.mechanism)];
   if (probe.cluster > 1)
-    s += ", multicast to " + std::to_string(probe.cluster) + " CTAs";
+    s += (probe.mechanism == CopyMechanism::kCpAsyncForward ? ", forwarded to " : ", multicast to ") +
+         std::to_string(probe.cluster) + " CTAs";
   return s + ", " + std::to_string(probe.stages) + " x " + std::to_string(probe.keys) + " rows";
 }
 
@@ -170,7 +172,8 @@ std::vector<CopyCeiling> measureCopyCeilings(cudaStream_t stream, bool quick)
   CopyProbe const probes[] = {{M::kCpAsync, 1, 2, 64}, {M::kCpAsync, 1, 3, 64}, {M::kCpAsync, 1, 4, 32},
                               {M::kTmaRows, 1, 2, 64}, {M::kTmaRows, 1, 3, 64}, {M::kTmaRows, 1, 4, 32},
                               {M::kTmaRows, 2, 2, 64}, {M::kTmaRows, 2, 3, 64}, {M::kTmaRows, 4, 2, 64},
-                              {M::kTmaRows, 4, 3, 64}, {M::kTmaTile, 1, 2, 64}, {M::kTmaTile, 2, 2, 64}};
+                              {M::kTmaRows, 4, 3, 64}, {M::kTmaTile, 1, 2, 64}, {M::kTmaTile, 2, 2, 64},
+                              {M::kCpAsyncForward, 2, 2, 64}, {M::kCpAsyncForward, 4, 2, 64}};
   int const reps = quick ? 2 : 5;
   for (CopyProbe const &probe : probes)
   {

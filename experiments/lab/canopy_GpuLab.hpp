@@ -100,7 +100,8 @@ struct CopyCeiling
 };
 /// \brief Every copy probe, on an sm_90 GPU (empty elsewhere: the probe is sm_90a code): cp.async
 /// gathers at 2 x 64, 3 x 64 and 4 x 32 token rows per stage; the bulk tensor copy of one-row boxes
-/// alone and multicast in clusters of 2 and 4; contiguous 64-row tiles (the dense kernels' case).
+/// alone and multicast in clusters of 2 and 4; contiguous 64-row tiles (the dense kernels' case);
+/// cp.async gathers of a share forwarded to the other CTAs of a cluster of 2 or 4 (cuda-sm90-c2).
 /// The pool is 16K rows (18.9 MB, L2-resident after the first launch); \p quick runs fewer tiles.
 std::vector<CopyCeiling> measureCopyCeilings(cudaStream_t stream, bool quick = false);
 

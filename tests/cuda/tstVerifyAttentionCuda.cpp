@@ -120,10 +120,8 @@ std::vector<Variant> cudaVariants(int nsplit)
     variants.push_back({"cuda-sm90 direct", [] { return cuda::makeSm90Design(false); }, 1});
     variants.push_back({"cuda-sm90-sync f32", [] { return cuda::makeSm90SyncDesign(false); }, nsplit});
     variants.push_back({"cuda-sm90-sync direct", [] { return cuda::makeSm90SyncDesign(false); }, 1});
-    variants.push_back({"cuda-sm90-tma f32", [] { return cuda::makeSm90TmaDesign(1); }, nsplit});
-    variants.push_back({"cuda-sm90-tma direct", [] { return cuda::makeSm90TmaDesign(1); }, 1});
-    variants.push_back({"cuda-sm90-c2 f32", [] { return cuda::makeSm90TmaDesign(2); }, nsplit});
-    variants.push_back({"cuda-sm90-c2 direct", [] { return cuda::makeSm90TmaDesign(2); }, 1});
+    variants.push_back({"cuda-sm90-c2 f32", [] { return cuda::makeSm90PairDesign(); }, nsplit});
+    variants.push_back({"cuda-sm90-c2 direct", [] { return cuda::makeSm90PairDesign(); }, 1});
   }
   for (std::string const &n : kokkosDesignsOnCuda())
     variants.push_back({n, [n] { return makeDesign(n); }, nsplit});
@@ -386,9 +384,8 @@ TEST(CudaDesigns, repeatedRunsAreBitIdentical)
     variants.push_back({"cuda-sm90 split", cuda::makeSm90Design(false), 7});
     variants.push_back({"cuda-sm90 direct", cuda::makeSm90Design(false), 1});
     variants.push_back({"cuda-sm90-sync split", cuda::makeSm90SyncDesign(true), 7});
-    variants.push_back({"cuda-sm90-tma split", cuda::makeSm90TmaDesign(1), 7});
-    variants.push_back({"cuda-sm90-c2 split", cuda::makeSm90TmaDesign(2), 7});
-    variants.push_back({"cuda-sm90-c2 direct", cuda::makeSm90TmaDesign(2), 1});
+    variants.push_back({"cuda-sm90-c2 split", cuda::makeSm90PairDesign(), 7});
+    variants.push_back({"cuda-sm90-c2 direct", cuda::makeSm90PairDesign(), 1});
   }
   for (auto &v : variants)
   {
@@ -445,7 +442,7 @@ TEST(CudaDesigns, pathSaysWhichKernelRan)
     checkDesign(*sm90, problem, opt, reference);
     EXPECT_EQ(sm90->path(), "cuda-sm90/wgmma-direct/parents");
     // The pair shares only where a request has two row tiles: T = 5 x 8 heads is one.
-    auto c2 = cuda::makeSm90TmaDesign(2);
+    auto c2 = cuda::makeSm90PairDesign();
     opt.nsplit = 3;
     checkDesign(*c2, problem, opt, reference);
     EXPECT_EQ(c2->path(), "cuda-sm90-c2/wgmma-c1-split3-f32/parents");
