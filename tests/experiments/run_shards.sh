@@ -60,18 +60,10 @@ expect 0 "" "$launcher" --devices none "$config" sw 3
 [ "$(started)" = "shard=1 visible= " ] || fail "the rerun ran $(started), expected shard 1 alone"
 grep -q "shard 0/3 finished before" out.log && grep -q "shard 2/3 finished before" out.log || fail "skips not said"
 [ "$(cat sw/shard-0/results.json sw/shard-2/results.json | sha256sum)" = "$before" ] || fail "finished shards rerun"
-python3 - whole/results.json sw/merged/results.json <<'PY' || fail "merged rows differ from the unsharded run's"
-import json, sys
-same = ['input', 'group', 'design', 'path', 'mask', 'nsplit', 'workspace', 'mode', 'l2_flush', 'status',
-        'steps', 'samples', 'checked_steps', 'max_abs_error', 'rel_l2_error', 'flops', 'bytes_min', 'order', 'device']
-a, b = (json.load(open(p))['rows'] for p in sys.argv[1:3])
-bad = [i for i, (x, y) in enumerate(zip(a, b)) if any(x[k] != y[k] for k in same)]
-if len(a) != len(b) or bad or not a:
-    sys.exit('%d unsharded rows, %d merged, differing rows %s' % (len(a), len(b), bad))
-env = json.load(open(sys.argv[2]))['environment']
-if env['shard'] != 'merged 3 shards' or not all('shard_%d' % k in env for k in range(3)):
-    sys.exit('merged environment: %s' % env)
-PY
+python3 "$src/experiments/tools/same_rows.py" whole/results.json sw/merged/results.json > same.log ||
+  fail "merged rows differ from the unsharded run's: $(cat same.log)"
+python3 -c "import json, sys; e = json.load(open('sw/merged/results.json'))['environment']
+sys.exit(not all('shard_%d' % k in e for k in range(3)))" || fail "the merged environment lost a shard's device record"
 # A third run has nothing left to run and merges again; another N is another split.
 : > starts
 expect 0 "" "$launcher" --devices none "$config" sw 3
