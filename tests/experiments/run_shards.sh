@@ -17,10 +17,6 @@ rm -rf "$work"
 mkdir -p "$work/bin"
 cd "$work" || exit 1
 . "$src/tests/experiments/expect.sh"
-fail() {
-  echo "FAILED: $*" >&2
-  failures=$((failures + 1))
-}
 
 # The stand-in canopy: logs each shard's start and CUDA_VISIBLE_DEVICES, waits until WRAP_N shards
 # have started (60 s, then exit 3), kills itself on shard WRAP_KILL, else runs the real canopy.

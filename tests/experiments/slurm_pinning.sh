@@ -10,10 +10,6 @@ rm -rf "$work"
 mkdir -p "$work/bin"
 cd "$work" || exit 1
 . "$src/tests/experiments/expect.sh"
-fail() {
-  echo "FAILED: $*" >&2
-  failures=$((failures + 1))
-}
 printf '#!/bin/sh\necho "$*" >> %s/sbatch.args\necho 42\n' "$work" > bin/sbatch
 printf '#!/bin/sh\nexec "$@"\n' > bin/srun
 printf '#!/bin/sh\necho "canopy $* visible=${CUDA_VISIBLE_DEVICES-unset}"\n' > bin/canopy
