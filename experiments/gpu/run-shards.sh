@@ -6,7 +6,7 @@
 #   experiments/gpu/run-shards.sh [options] CONFIG OUT [N]
 #
 #   N                  shards, one per GPU (default: every visible GPU: the entries of
-#                      CUDA_VISIBLE_DEVICES when set, else the GPUs nvidia-smi -L lists)
+#                      CUDA_VISIBLE_DEVICES when it is set, else the GPUs nvidia-smi -L lists)
 #   --devices LIST     the GPUs to use, comma-separated indices or UUIDs (default: as for N); shard K
 #                      runs with CUDA_VISIBLE_DEVICES=LIST[K]
 #   --devices none     no GPU: every shard runs with CUDA_VISIBLE_DEVICES= (host designs only; N is
@@ -65,7 +65,7 @@ if [ "$devices" = none ]; then
   [ -n "$n" ] || die "--devices none needs N (there are no GPUs to count)"
 elif [ -n "$devices" ]; then
   IFS=, read -r -a gpus <<< "$devices"
-elif [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+elif [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then  # set, even empty: what this shell may use
   IFS=, read -r -a gpus <<< "$CUDA_VISIBLE_DEVICES"
 elif command -v nvidia-smi > /dev/null; then
   count=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU ' || true)
@@ -75,7 +75,7 @@ if [ "$devices" != none ]; then
   for g in "${gpus[@]}"; do
     [ -n "$g" ] || die "an empty entry in the GPU list '${devices:-$CUDA_VISIBLE_DEVICES}'"
   done
-  [ ${#gpus[@]} -gt 0 ] || die "no GPU visible (nvidia-smi -L lists none, CUDA_VISIBLE_DEVICES unset); name them with --devices, or pass --devices none N for host designs"
+  [ ${#gpus[@]} -gt 0 ] || die "no GPU visible (CUDA_VISIBLE_DEVICES is empty, or unset and nvidia-smi -L lists none); name them with --devices, or pass --devices none N for host designs"
   n=${n:-${#gpus[@]}}
   [ "$n" -le ${#gpus[@]} ] || die "$n shards but ${#gpus[@]} GPU(s) (${gpus[*]}): one shard per GPU, so N <= ${#gpus[@]}"
 fi

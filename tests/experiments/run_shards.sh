@@ -88,6 +88,7 @@ expect 2 "empty entry" "$launcher" --devices 0,,1 "$config" bad
 expect 2 "N must be a whole number" "$launcher" --devices none "$config" bad 0
 mkdir nogpu && printf '#!/bin/sh\necho "No devices were found"\n' > nogpu/nvidia-smi && chmod +x nogpu/nvidia-smi
 PATH="$work/nogpu:$PATH" expect 2 "no GPU visible" "$launcher" "$config" none
+CUDA_VISIBLE_DEVICES= PATH="$work/smi:$PATH" expect 2 "CUDA_VISIBLE_DEVICES is empty" "$launcher" "$config" hidden
 
 [ "$failures" -eq 0 ] && echo "run_shards: all checks passed"
 exit $((failures > 0))
