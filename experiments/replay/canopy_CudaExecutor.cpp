@@ -3,9 +3,12 @@
 /// one CUDA graph per bucket (captured in global mode after the eager warm-up), L2 flushes outside
 /// the timed region, and the roofline peaks measured once per run on the same GPU.
 #include "canopy_CudaRuntime.hpp"
+#include "canopy_DeviceRecord.hpp"
 #include "canopy_GpuLab.hpp"
 #include "canopy_Executor.hpp"
 
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -24,6 +27,14 @@ public:
       return "no GPU (" + why + ")";
     cuda::DeviceInfo const &d = info();
     return "GPU: " + d.summary() + " — " + d.targetLabel();
+  }
+
+  std::string rowDevice() const override
+  {
+    if (!cuda::cudaAvailable())
+      return device();
+    Identity const &id = identity();
+    return gpuRowDevice(id.index, info().name, id.uuid);
   }
 
   bool supports(ExecMode mode, Design const &design, std::string *why) const override
@@ -93,6 +104,12 @@ public:
       return env;
     cuda::DeviceInfo const &d = info();
     env["gpu"] = d.name;
+    Identity const &id = identity();
+    env["gpu_index"] = id.index;
+    env["gpu_uuid"] = id.uuid;
+    env["gpu_pci_bus_id"] = id.pci_bus_id;
+    char const *visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    env["cuda_visible_devices"] = visible ? visible : "(unset: every GPU visible)";
     env["gpu_cc"] = std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor);
     env["gpu_sms"] = std::to_string(d.sm_count);
     env["gpu_sm_clock_mhz"] = std::to_string(d.sm_clock_khz / 1000);
@@ -105,6 +122,14 @@ public:
   }
 
 private:
+  /// Which card of the host this process runs on: what tells two GPUs of one model apart.
+  struct Identity
+  {
+    std::string index;       ///< nvidia-smi's index (or UUID) as CUDA_VISIBLE_DEVICES pinned it
+    std::string uuid;        ///< GPU-xxxxxxxx-...
+    std::string pci_bus_id;  ///< domain:bus:device
+  };
+
   static cudaStream_t streamOf(BatchStorage const &storage)
   {
     return static_cast<cudaStream_t>(storage.context().cuda_stream);
@@ -114,6 +139,22 @@ private:
     if (!_info)
       _info = cuda::deviceInfo();
     return *_info;
+  }
+  Identity const &identity() const
+  {
+    if (!_identity)
+    {
+      int const ordinal = cuda::currentDevice();
+      cudaDeviceProp prop{};
+      cuda::check(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties");
+      unsigned char bytes[16];
+      for (int i = 0; i < 16; ++i)
+        bytes[i] = static_cast<unsigned char>(prop.uuid.bytes[i]);
+      char bus[32];
+      std::snprintf(bus, sizeof bus, "%04x:%02x:%02x", prop.pciDomainID, prop.pciBusID, prop.pciDeviceID);
+      _identity = Identity{visibleDeviceIndex(std::getenv("CUDA_VISIBLE_DEVICES"), ordinal), gpuUuidText(bytes), bus};
+    }
+    return *_identity;
   }
   cuda::Peaks const &peaks()
   {
@@ -126,6 +167,7 @@ private:
   }
 
   mutable std::optional<cuda::DeviceInfo> _info;
+  mutable std::optional<Identity> _identity;
   std::optional<cuda::Peaks> _peaks;
   std::optional<cuda::Graph> _graph;
   std::unique_ptr<cuda::L2Flusher> _flusher;

@@ -19,6 +19,9 @@ public:
   virtual ~Executor() = default;
   /// \brief Human-readable device for the environment block and the table footers.
   virtual std::string device() const = 0;
+  /// \brief The one device a row ran on, for its `device` column: a GPU by index, name and UUID (one
+  /// card of the host, where device() names only the model); the host's CPU otherwise.
+  virtual std::string rowDevice() const { return device(); }
   /// \brief Whether \p mode can run here (graphs need a GPU and a capture-safe design).
   virtual bool supports(ExecMode mode, Design const &design, std::string *why) const = 0;
   /// \brief Called once per bucket after the eager warm-up, before timing: captures the graph in
@@ -38,7 +41,7 @@ public:
   /// \brief The fp32 FMA rate of the CUDA cores: the bound of designs without tensor cores (the
   /// portable Kokkos kernels); 0 where not measured (hosts).
   virtual double peakFp32FmaFlops() { return 0; }
-  /// \brief Extra environment facts (GPU name, clocks, driver).
+  /// \brief Extra environment facts (GPU name, index, UUID, clocks, driver).
   virtual std::map<std::string, std::string> environment() const { return {}; }
 };
 

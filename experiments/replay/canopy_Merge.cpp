@@ -63,6 +63,25 @@ std::pair<int, int> shardId(ShardResults const &s)
   return {k, n};
 }
 
+/// What one shard's environment says about the card and the moment it ran on. A merge keeps these
+/// per shard (environment.shard_K), since the rows of different shards ran on different GPUs.
+char const *const kShardDeviceKeys[] = {"host", "device", "gpu_index", "gpu_uuid", "gpu_pci_bus_id",
+                                        "cuda_visible_devices", "gpu_sm_clock_mhz", "gpu_mem_clock_mhz",
+                                        "cuda_driver", "peaks", "date"};
+/// Of those, the ones that name a single card: the merged block drops them rather than let shard 0's
+/// GPU stand for every row.
+char const *const kOneCardKeys[] = {"gpu_index", "gpu_uuid", "gpu_pci_bus_id", "cuda_visible_devices"};
+
+/// "host=...; device=...; gpu_index=...": the entries of kShardDeviceKeys that the shard recorded.
+std::string shardDeviceRecord(ShardResults const &s)
+{
+  std::string record;
+  for (char const *key : kShardDeviceKeys)
+    if (s.results.environment.count(key))
+      record += (record.empty() ? "" : "; ") + std::string(key) + "=" + envOf(s, key);
+  return record;
+}
+
 RunLayout layoutOf(ShardResults const &s)
 {
   RunLayout l;
@@ -181,6 +200,10 @@ ResultSet mergeShards(std::vector<ShardResults> const &shards, MergeOptions cons
       devices += (devices.empty() ? "" : "; ") + envOf(s, "device");
   for (std::string const &h : hosts)
     host_list += (host_list.empty() ? "" : ", ") + h;
+  for (char const *key : kOneCardKeys)
+    merged.environment.erase(key);
+  for (ShardResults const &s : shards)
+    merged.environment["shard_" + std::to_string(shardId(s).first)] = shardDeviceRecord(s);
   merged.environment["shard"] = "merged " + std::to_string(count) + " shards";
   merged.environment["host"] = host_list;
   merged.environment["device"] = devices;

@@ -133,6 +133,7 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
 {
   DesignPtr design = makeDesign(k.design);
   Executor &exec = executorFor(design->memory());
+  row.device = exec.rowDevice();
   std::string why;
   if (!exec.supports(k.mode, *design, &why))
   {

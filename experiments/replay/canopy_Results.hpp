@@ -67,6 +67,7 @@ struct ResultRow
   bool l2_flush = false;
   RowStatus status = RowStatus::kOk;
   std::string note;
+  std::string device;  ///< the one device the row ran on (Executor::rowDevice): a GPU by index and UUID
   int64_t steps = 0;
   int64_t samples = 0;
   double median = 0, p10 = 0, p90 = 0;    ///< per-step time over all samples
@@ -112,6 +113,7 @@ void forEachField(Row &r, F &&f)
   f("l2_flush", r.l2_flush);
   f("status", r.status);
   f("note", r.note);
+  f("device", r.device);
   f("steps", r.steps);
   f("samples", r.samples);
   f("median_s", r.median);

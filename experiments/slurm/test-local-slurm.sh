@@ -88,16 +88,5 @@ if [ ! -s "$work/sweep/merged/results.json" ]; then
   tail -n 5 "$work"/sweep/*.log >&2 || true
   exit 1
 fi
-python3 - "$work/unsharded/results.json" "$work/sweep/merged/results.json" <<'PY'
-import json, sys
-same = ['input', 'group', 'design', 'path', 'mask', 'nsplit', 'workspace', 'mode', 'l2_flush', 'status',
-        'steps', 'samples', 'checked_steps', 'max_abs_error', 'rel_l2_error', 'flops', 'bytes_min', 'order']
-a, b = (json.load(open(p)) for p in sys.argv[1:3])
-ra, rb = a['rows'], b['rows']
-bad = [i for i, (x, y) in enumerate(zip(ra, rb)) if any(x[k] != y[k] for k in same)]
-if len(ra) != len(rb) or bad:
-    print('test-local-slurm: FAILED: %d unsharded rows, %d merged, differing rows %s' % (len(ra), len(rb), bad))
-    sys.exit(1)
-print('test-local-slurm: PASSED: %d merged rows = the unsharded run (%s; hosts %s)'
-      % (len(rb), b['environment']['shard'], b['environment']['host']))
-PY
+python3 "$repo/experiments/tools/same_rows.py" "$work/unsharded/results.json" "$work/sweep/merged/results.json" |
+  sed 's/^same_rows:/test-local-slurm: PASSED:/' || { echo "test-local-slurm: FAILED: the merged rows differ" >&2; exit 1; }

@@ -2,6 +2,7 @@
 # command must do, and a count of what did not.
 # expect CODE NEEDLE COMMAND...: the command exits CODE and, unless NEEDLE is empty, says NEEDLE on
 # stderr; its output stays in out.log and err.log for further checks. A miss is printed and counted.
+# fail WHAT: a check of the script's own that missed, printed and counted the same way.
 failures=0
 expect() {
   code="$1"; needle="$2"; shift 2
@@ -12,4 +13,8 @@ expect() {
     cat err.log >&2
     failures=$((failures + 1))
   fi
+}
+fail() {
+  echo "FAILED: $*" >&2
+  failures=$((failures + 1))
 }

@@ -76,6 +76,7 @@ void expectSameRows(ResultSet const &a, ResultSet const &b)
     EXPECT_EQ(x.max_abs, y.max_abs);
     EXPECT_EQ(x.flops, y.flops);
     EXPECT_EQ(x.order, y.order);
+    EXPECT_EQ(x.device, y.device);
     EXPECT_EQ(x.speedup > 0, y.speedup > 0);
   }
 }
@@ -90,6 +91,7 @@ TEST(Shards, mergedShardsGiveTheRowsOfOneRun)
     EXPECT_EQ(r.status, RowStatus::kOk) << r.design << " " << r.input << ": " << r.note;
     EXPECT_GT(r.checked_steps, 0);
     EXPECT_GT(r.rel_l2, 0);
+    EXPECT_EQ(r.device.rfind("host: ", 0), 0u) << "every row names the device it ran on, got " << r.device;
   }
   std::vector<ShardResults> const shards = runShards(3);
   for (auto const &s : shards)
