@@ -119,6 +119,19 @@ void validateMetadata(BatchMetadata const &meta, int64_t num_slots)
       throw InputError("mask_indptr: request " + std::to_string(b) + " has " +
                        std::to_string(meta.mask_indptr[b + 1] - meta.mask_indptr[b]) + " mask bytes, layout '" +
                        toString(meta.mask_layout) + "' needs " + std::to_string(want));
+    // A node sees itself (docs/design.md §1): a mask row whose own bit is 0 is not a tree's mask, and
+    // with no prefix it would leave the node no key at all (its softmax 0/0).
+    if (meta.mask_layout == MaskLayout::kParents)
+      continue;
+    int64_t const row_len = meta.mask_layout == MaskLayout::kFull ? meta.prefixLen(b) + t : t;
+    int64_t const col0 = meta.mask_layout == MaskLayout::kFull ? meta.prefixLen(b) : 0;
+    for (int64_t i = 0; i < t; ++i)
+    {
+      int64_t const at = meta.mask_indptr[b] + i * row_len + col0 + i;
+      if (meta.custom_mask[static_cast<size_t>(at)] == 0)
+        throw InputError("custom_mask: index " + std::to_string(at) + " is 0: node " + std::to_string(i) +
+                         " of request " + std::to_string(b) + " does not see itself");
+    }
   }
 }
 

@@ -40,6 +40,10 @@ inline CLI::Validator const DIGITS_ONLY(
 /// as 0 and saturates a value past 64 bits). Call once every command is added.
 void checkIntegersAsGiven(CLI::App &app);
 
+/// \brief The folder a file named by \p flag is written into at the end, checked before the work
+/// that produces it: InputError when \p path is empty, a folder, or in a folder that does not exist.
+void requireFolderOf(std::string const &path, char const *flag);
+
 /// \brief Adds `--overwrite` to \p cmd: the one spelling of "replace what the output holds".
 CLI::Option *addOverwriteFlag(CLI::App *cmd, bool &overwrite, std::string const &what);
 

@@ -165,19 +165,6 @@ void writeSynthSummary(std::string const &path, std::string const &trace, Simula
   }
 }
 
-/// The folder a file is written into at the end, checked before the work that produces it.
-void requireFolderOf(std::string const &path, char const *flag)
-{
-  if (path.empty())
-    throw InputError(std::string(flag) + ": empty; give a file to write");
-  std::filesystem::path const p(path);
-  std::filesystem::path const dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec))
-    throw InputError(std::string(flag) + ": folder '" + dir.string() + "' of '" + path + "' does not exist");
-  if (std::filesystem::is_directory(p, ec))
-    throw InputError(std::string(flag) + ": '" + path + "' is a folder; give a file to write");
-}
 
 int runSynth(SynthFlags const &f)
 {
@@ -366,4 +353,18 @@ void addTraceCommands(CLI::App &app, Action &action)
     action = [validate_file, check_values] { return runValidate(*validate_file, *check_values); };
   });
 }
+
+void requireFolderOf(std::string const &path, char const *flag)
+{
+  if (path.empty())
+    throw InputError(std::string(flag) + ": empty; give a file to write");
+  std::filesystem::path const p(path);
+  std::filesystem::path const dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    throw InputError(std::string(flag) + ": folder '" + dir.string() + "' of '" + path + "' does not exist");
+  if (std::filesystem::is_directory(p, ec))
+    throw InputError(std::string(flag) + ": '" + path + "' is a folder; give a file to write");
+}
+
 } // namespace canopy::cli

@@ -27,6 +27,7 @@ struct PeaksFlags
   std::vector<int> warps{4, 8, 12, 16};
   bool quick = false;
   std::string out;
+  bool out_given = false;  ///< --out named, even as '' (refused)
 };
 
 struct Feed
@@ -41,6 +42,8 @@ Feed const FEEDS[] = {{cuda::MmaFeed::kRegisters, "registers", "registers (8 cha
 
 int runPeaks(PeaksFlags const &f)
 {
+  if (f.out_given)
+    requireFolderOf(f.out, "--out");  // bad input wins over a missing GPU, and no measurement is lost at the end
   std::string why;
   if (!cuda::cudaAvailable(&why))
     throw GpuUnavailable("canopy peaks needs a GPU this host lacks (" + why + ")");
@@ -140,6 +143,9 @@ void addPeaksCommand(CLI::App &app, Action &action)
       ->check(CLI::Range(1, 32));
   cmd->add_flag("--quick", flags->quick, "small, short probes (smoke test; the numbers mean little)");
   cmd->add_option("--out", flags->out, "also write the numbers as JSON to this file");
-  cmd->callback([flags, &action] { action = [flags] { return runPeaks(*flags); }; });
+  cmd->callback([flags, cmd, &action] {
+    flags->out_given = cmd->get_option("--out")->count() > 0;
+    action = [flags] { return runPeaks(*flags); };
+  });
 }
 } // namespace canopy::cli

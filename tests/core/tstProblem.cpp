@@ -113,6 +113,33 @@ TEST(Generator, deterministicFragmentedAndValid)
   EXPECT_NE(generateProblem(g).q, a.q);
 }
 
+TEST(Metadata, aNodeThatDoesNotSeeItselfIsRefusedNamingTheMaskIndex)
+{
+  for (MaskLayout layout : {MaskLayout::kFull, MaskLayout::kTree})
+  {
+    GeneratorOptions g;
+    g.batch = 2;
+    g.tree_size = 5;
+    g.prefix_len = 7;
+    g.mask_layout = layout;
+    HostProblem p = generateProblem(g);
+    EXPECT_NO_THROW(validateMetadata(p.meta, p.num_slots));
+    // Request 1, node 3: its own bit.
+    int64_t const row_len = layout == MaskLayout::kFull ? 7 + 5 : 5, col0 = layout == MaskLayout::kFull ? 7 : 0;
+    int64_t const at = p.meta.mask_indptr[1] + 3 * row_len + col0 + 3;
+    p.meta.custom_mask[static_cast<size_t>(at)] = 0;
+    try
+    {
+      validateMetadata(p.meta, p.num_slots);
+      ADD_FAILURE() << toString(layout) << ": a node that does not see itself was accepted";
+    }
+    catch (InputError const &e)
+    {
+      EXPECT_NE(std::string(e.what()).find("custom_mask: index " + std::to_string(at)), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Generator, treeSizesChooseEachRequestsTree)
 {
   GeneratorOptions g;

@@ -39,6 +39,9 @@ grep -q "(skipping cuda-sm120: " out.log || { echo "FAILED: check --designs all 
 
 # peaks measures the GPU: nothing to do without one.
 expect 4 "canopy peaks needs a GPU this host lacks" "$canopy" peaks --quick --warps 4
+# ... but an output file it could never write is bad input on any host, found before measuring.
+expect 2 "--out: empty; give a file to write" "$canopy" peaks --quick --out ''
+expect 2 "--out: folder 'no-such-folder' of 'no-such-folder/p.json' does not exist" "$canopy" peaks --quick --out no-such-folder/p.json
 
 # run: every row skipped for want of a GPU -> 4, the skipped rows written with their reason ...
 expect 4 "every row was skipped: cuda-sm120 needs a GPU this host lacks" \
