@@ -5,6 +5,7 @@
 #include "canopy_Problem.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace canopy
 {
@@ -12,6 +13,11 @@ struct Cost
 {
   double flops = 0;      ///< sum_b 2 H T_b (P_b + T_b) (576 + 512): tree part counted dense
   double bytes_min = 0;  ///< what the semantics make any kernel read or write once (see costOf)
+  /// KV bytes a design with 64-row tiles over (node, head) rows gathers into shared memory: each
+  /// row tile of a request reads all of its P + T rows (1152 B), sum_b ceil(T_b H / 64) (P_b + T_b)
+  /// 1152. Not a minimum: the traffic of the tile designs (cuda-sm90, cuda-sm120), which the copy
+  /// ceiling of `canopy peaks` bounds.
+  double tile_copy_bytes = 0;
   double intensity() const { return bytes_min > 0 ? flops / bytes_min : 0; }
 };
 
@@ -23,6 +29,7 @@ struct Cost
 /// parents layout. Offsets (indptr arrays) are left out: a few bytes per request.
 inline Cost costOf(BatchMetadata const &m, int num_heads)
 {
+  constexpr double TILE_ROWS = 64;  // Cost::tile_copy_bytes' row tile
   Cost c;
   for (int b = 0; b < m.batchSize(); ++b)
   {
@@ -33,6 +40,7 @@ inline Cost costOf(BatchMetadata const &m, int num_heads)
     c.bytes_min += (P + T) * (D_QK * 2.0 + 8.0);          // each KV row once (K and V share it) + its slot
     c.bytes_min += T * num_heads * (D_QK + D_V) * 2.0;   // q read + out written
     c.bytes_min += m.mask_layout == MaskLayout::kParents ? 4.0 * T : T * T;  // the tree's visibility
+    c.tile_copy_bytes += std::ceil(T * num_heads / TILE_ROWS) * (P + T) * D_QK * 2.0;
   }
   return c;
 }
@@ -41,5 +49,13 @@ inline Cost costOf(BatchMetadata const &m, int num_heads)
 inline double rooflineSeconds(Cost const &c, double peak_flops, double peak_bytes_per_s)
 {
   return std::max(c.flops / peak_flops, c.bytes_min / peak_bytes_per_s);
+}
+
+/// \brief The bound of a 64-row tile design: its FLOPs at \p peak_flops, or its gathered KV bytes
+/// (tile_copy_bytes) at the rate \p tile_copy_bytes_per_s at which the SMs fill shared memory with
+/// gathered rows (the copy ceiling), whichever is longer.
+inline double copyRooflineSeconds(Cost const &c, double peak_flops, double tile_copy_bytes_per_s)
+{
+  return std::max(c.flops / peak_flops, c.tile_copy_bytes / tile_copy_bytes_per_s);
 }
 } // namespace canopy

@@ -96,6 +96,14 @@ public:
   double peakBytesPerSecond() override { return peaks().copy_bytes_per_s; }
   double peakMmaSyncFlops() override { return peaks().mma_sync_flops; }
   double peakFp32FmaFlops() override { return peaks().fp32_fma_flops; }
+  double peakTileCopyBytesPerSecond() override
+  {
+    for (cuda::CopyCeiling const &c : peaks().copy_ceilings)
+      if (c.probe.mechanism == cuda::CopyMechanism::kCpAsync && c.probe.cluster == 1 && c.probe.stages == 2 &&
+          c.probe.keys == 64)
+        return c.smem_bytes_per_s;
+    return 0;
+  }
 
   std::map<std::string, std::string> environment() const override
   {

@@ -41,6 +41,10 @@ public:
   /// \brief The fp32 FMA rate of the CUDA cores: the bound of designs without tensor cores (the
   /// portable Kokkos kernels); 0 where not measured (hosts).
   virtual double peakFp32FmaFlops() { return 0; }
+  /// \brief The rate at which the SMs fill shared memory with gathered KV rows (`canopy peaks`' copy
+  /// ceiling of cp.async at 2 stages of 64 rows, cuda-sm90's producer): the bound of the 64-row tile
+  /// designs' copies; 0 where not measured (hosts, GPUs other than sm_90).
+  virtual double peakTileCopyBytesPerSecond() { return 0; }
   /// \brief Extra environment facts (GPU name, index, UUID, clocks, driver).
   virtual std::map<std::string, std::string> environment() const { return {}; }
 };

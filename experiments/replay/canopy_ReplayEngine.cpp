@@ -93,7 +93,7 @@ std::map<int, Bucket> bucketize(StepSource const &src, ExperimentConfig const &c
 struct RowAccumulator
 {
   std::vector<double> samples, step_medians;
-  double flops = 0, bytes = 0, roofline = 0, mma_roofline = 0, fma_roofline = 0;
+  double flops = 0, bytes = 0, roofline = 0, mma_roofline = 0, fma_roofline = 0, copy_roofline = 0;
   int64_t checked = 0;
   double max_abs = 0, rel_l2 = 0;
   bool failed = false;
@@ -150,6 +150,7 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
   double const peak_b = exec.peakBytesPerSecond() > 0 ? exec.peakBytesPerSecond() : c.peak_bytes_per_s;
   double const peak_mma = exec.peakMmaSyncFlops();
   double const peak_fma = exec.peakFp32FmaFlops();
+  double const peak_copy = exec.peakTileCopyBytesPerSecond();
 
   for (auto const &[size, bucket] : buckets)
   {
@@ -226,6 +227,8 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
           acc.mma_roofline += rooflineSeconds(cost, peak_mma, peak_b);
         if (peak_fma > 0 && peak_b > 0)
           acc.fma_roofline += rooflineSeconds(cost, peak_fma, peak_b);
+        if (peak_f > 0 && peak_copy > 0)
+          acc.copy_roofline += copyRooflineSeconds(cost, peak_f, peak_copy);
       }
       tick(1);
     }
@@ -258,6 +261,8 @@ void finishRow(ResultRow &row, RowAccumulator const &acc)
     row.mma_roofline_fraction = acc.mma_roofline / row.total_median;
     row.fma_roofline_s = acc.fma_roofline;
     row.fma_roofline_fraction = acc.fma_roofline / row.total_median;
+    row.copy_roofline_s = acc.copy_roofline;
+    row.copy_roofline_fraction = acc.copy_roofline / row.total_median;
   }
   row.checked_steps = acc.checked;
   row.max_abs = acc.max_abs;
@@ -355,6 +360,7 @@ ResultSet runExperiment(ExperimentConfig const &c, ProgressFn const &progress)
           merged.roofline += acc.roofline;
           merged.mma_roofline += acc.mma_roofline;
           merged.fma_roofline += acc.fma_roofline;
+          merged.copy_roofline += acc.copy_roofline;
           merged.checked += acc.checked;
           merged.max_abs = std::max(merged.max_abs, acc.max_abs);
           merged.rel_l2 = std::max(merged.rel_l2, acc.rel_l2);

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace canopy
@@ -80,12 +81,20 @@ struct ResultRow
   double mma_roofline_fraction = 0;       ///< mma_roofline_s / total_median
   double fma_roofline_s = 0;              ///< the same bound with the fp32 FMA rate (no tensor cores; 0: unknown)
   double fma_roofline_fraction = 0;       ///< fma_roofline_s / total_median
+  /// The 64-row tile designs' bound: FLOPs at the GEMM peak or their gathered KV bytes at the copy
+  /// ceiling (Cost::tile_copy_bytes; 0: not measured)
+  double copy_roofline_s = 0;
+  double copy_roofline_fraction = 0;      ///< copy_roofline_s / total_median
   double speedup = 0;                     ///< baseline total_median / this total_median (0: no baseline row)
   int64_t checked_steps = 0;
   double max_abs = 0, rel_l2 = 0;         ///< worst over checked steps
   double workspace_bytes = 0;
   int64_t order = 0;  ///< position in the unsharded run (input, then option combination, then design)
 };
+
+/// \brief Columns added to schema 2 after files were written without them: bounds, which read as 0
+/// (unknown) where a file lacks them.
+inline bool boundAddedLater(std::string_view key) { return key == "copy_roofline_s" || key == "copy_roofline_fraction"; }
 
 /// \brief The one mapping between a ResultRow and its named columns (results.json keys, results.csv
 /// header): calls f(key, field) for every field, in column order. \p Row is ResultRow, const or not.
@@ -130,6 +139,8 @@ void forEachField(Row &r, F &&f)
   f("mma_roofline_fraction", r.mma_roofline_fraction);
   f("fma_roofline_s", r.fma_roofline_s);
   f("fma_roofline_fraction", r.fma_roofline_fraction);
+  f("copy_roofline_s", r.copy_roofline_s);
+  f("copy_roofline_fraction", r.copy_roofline_fraction);
   f("speedup", r.speedup);
   f("checked_steps", r.checked_steps);
   f("max_abs_error", r.max_abs);

@@ -169,6 +169,9 @@ TEST(CostModel, knownShape)
   // KV rows and their slot indices, q and out, the 33 x 33 tree mask.
   double const bytes = 4129.0 * (1152 + 8) + 33.0 * 8 * (576 + 512) * 2 + 33.0 * 33;
   EXPECT_DOUBLE_EQ(c.bytes_min, bytes);
+  // 33 x 8 = 264 rows: 5 row tiles of 64, each gathering all 4,129 KV rows.
+  EXPECT_DOUBLE_EQ(c.tile_copy_bytes, 5.0 * 4129 * 1152);
+  EXPECT_DOUBLE_EQ(copyRooflineSeconds(c, 1e15, 1e12), 5.0 * 4129 * 1152 / 1e12);
   // A full mask costs the same: its prefix columns are 1 by definition and need no reading.
   g.mask_layout = MaskLayout::kFull;
   EXPECT_DOUBLE_EQ(costOf(generateProblem(g).meta, 8).bytes_min, bytes);

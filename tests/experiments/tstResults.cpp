@@ -142,7 +142,9 @@ TEST(Results, mmaSyncRooflineColumnOnlyWhereMeasured)
   EXPECT_NE(md.find("| mma.sync roofline % |"), std::string::npos) << md;
   EXPECT_NE(md.find("| 25.0 | 31.0 |"), std::string::npos) << md;
   EXPECT_NE(toLatexTable(rs).find("mma.sync roofline \\%"), std::string::npos);
-  EXPECT_NE(toCsv(rs).find("mma_roofline_s,mma_roofline_fraction,fma_roofline_s,fma_roofline_fraction,speedup"), std::string::npos);
+  EXPECT_NE(toCsv(rs).find("mma_roofline_s,mma_roofline_fraction,fma_roofline_s,fma_roofline_fraction,copy_roofline_s,"
+                           "copy_roofline_fraction,speedup"),
+            std::string::npos);
   EXPECT_NE(toJson(rs).find("\"mma_roofline_fraction\": 0.31"), std::string::npos);
 }
 
@@ -205,6 +207,8 @@ ResultRow distinctRow()
   r.mma_roofline_fraction = 0.375;
   r.fma_roofline_s = 9.5e-6;
   r.fma_roofline_fraction = 0.625;
+  r.copy_roofline_s = 1.05e-5;
+  r.copy_roofline_fraction = 0.6875;
   r.speedup = 1.875;
   r.checked_steps = 29;
   r.max_abs = 0.0078125;
@@ -220,7 +224,7 @@ auto fields(ResultRow const &r)
                   r.axes.compacted, r.axes.values, r.axes.recorded_values, r.design, r.path, r.splits, r.mask, r.nsplit,
                   r.workspace, r.mode, r.l2_flush, r.status, r.note, r.steps, r.samples, r.median, r.p10, r.p90,
                   r.total_median, r.flops, r.bytes, r.tflops, r.gbps, r.roofline_s, r.roofline_fraction, r.mma_roofline_s,
-                  r.mma_roofline_fraction, r.fma_roofline_s, r.fma_roofline_fraction, r.speedup, r.checked_steps, r.max_abs,
+                  r.mma_roofline_fraction, r.fma_roofline_s, r.fma_roofline_fraction, r.copy_roofline_s, r.copy_roofline_fraction, r.speedup, r.checked_steps, r.max_abs,
                   r.rel_l2, r.workspace_bytes, r.order);
 }
 
