@@ -94,16 +94,25 @@ __device__ __forceinline__ void mbarrierArrive(uint32_t bar)
 {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-/// Waits until the phase of parity \p parity has completed (acquire).
+/// Waits until the phase of parity \p parity has completed (acquire; at cluster scope with
+/// \p CLUSTER, for barriers that other CTAs of the cluster arrive on).
+template <bool CLUSTER = false>
 __device__ __forceinline__ void mbarrierWait(uint32_t bar, uint32_t parity)
 {
   uint32_t done = 0;
   do
   {
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
+    if constexpr (CLUSTER)
+      asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                   "selp.u32 %0, 1, 0, p;\n}\n"
+                   : "=r"(done)
+                   : "r"(bar), "r"(parity)
+                   : "memory");
+    else
+      asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                   : "=r"(done)
+                   : "r"(bar), "r"(parity)
+                   : "memory");
   } while (!done);
 }
 
@@ -119,19 +128,6 @@ __device__ __forceinline__ void mbarrierArriveExpectTx(uint32_t bar, uint32_t by
 __device__ __forceinline__ void mbarrierArriveCluster(uint32_t cluster_bar)
 {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_bar) : "memory");
-}
-/// As mbarrierWait, acquiring at cluster scope: for barriers that CTAs of the cluster arrive on.
-__device__ __forceinline__ void mbarrierWaitCluster(uint32_t bar, uint32_t parity)
-{
-  uint32_t done = 0;
-  do
-  {
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-                 "selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-  } while (!done);
 }
 /// Makes this thread's mbarrier.init visible to the cluster (and to the async proxy: the bulk copies
 /// that will complete on it), before the cluster barrier that publishes it.

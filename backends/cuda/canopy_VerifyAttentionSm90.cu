@@ -249,7 +249,7 @@ __device__ __forceinline__ void producePairTiles(ProducerCopies const &copies, u
     int const s = j & 1;
     uint32_t const stage = kv_base + s * Cfg::ROWS_BYTES;
     if (j >= 2)
-      sm90::mbarrierWaitCluster(bars.empty(s), ((j >> 1) - 1) & 1);
+      sm90::mbarrierWait<true>(bars.empty(s), ((j >> 1) - 1) & 1);
     if (j > 0)
       copies.issue(j, stage, slot_l);
     uint32_t const next = copies.slotOf(j + 1);

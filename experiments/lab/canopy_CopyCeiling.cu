@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       int const s = j % STAGES;
       uint32_t const stage = base + s * STAGE;
       if (j >= STAGES)
-        sm90::mbarrierWaitCluster(empty(s), ((j / STAGES) - 1) & 1);
+        sm90::mbarrierWait<true>(empty(s), ((j / STAGES) - 1) & 1);
       if constexpr (MECH == CopyMechanism::kCpAsync)
       {
         constexpr int ROWS = KEYS / 4;  // per producer warp
