@@ -2,8 +2,10 @@
 /// \brief Thin wrappers over the Hopper (sm_90a) instructions cuda-sm90 uses: wgmma with both
 /// operands in shared memory, its fences and commit groups, shared-memory matrix descriptors for
 /// the 128-byte swizzle, the async-proxy fence, the mbarriers of the producer hand-off, clusters
-/// and the bulk tensor copy used as a row gather. Included by canopy_VerifyAttentionSm90.cu only,
-/// which is compiled for sm_90a alone (wgmma exists on no other target).
+/// and distributed shared memory, and the bulk copies (tensor-map boxes, shared memory to a peer
+/// CTA). Included by canopy_VerifyAttentionSm90.cu and the copy-ceiling probe
+/// (experiments/lab/canopy_CopyCeiling.cu), both compiled for sm_90a alone (wgmma exists on no
+/// other target).
 #pragma once
 
 #include <cstdint>
