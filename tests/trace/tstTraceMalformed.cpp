@@ -481,6 +481,46 @@ TEST(TraceMalformed, datasetsLongerThanTheirOffsetsAreRefusedBeforeInflating)
   }
 }
 
+/// A filter this process registers for one write and removes before the read, standing for a
+/// compression plugin the reader's HDF5 lacks (e.g. a trace written with blosc or zstd).
+size_t passThroughFilter(unsigned, size_t, unsigned const *, size_t nbytes, size_t *, void **)
+{
+  return nbytes;
+}
+
+TEST(TraceMalformed, aFilterThisHdf5LacksIsNamedNotCalledCorrupt)
+{
+  constexpr H5Z_filter_t FILTER = 32123;
+  H5Z_class2_t const cls{H5Z_CLASS_T_VERS, FILTER, 1, 1, "test-only filter", nullptr, nullptr, passThroughFilter};
+  std::string const path = writeValid("filter.h5");
+  {
+    ASSERT_GE(H5Zregister(&cls), 0);
+    H5Edit e(path);
+    Impl::Hid parents = Impl::ownDataset(H5Dopen2(e.file(), "/tree/parent", H5P_DEFAULT));
+    Impl::Hid space = Impl::ownSpace(H5Dget_space(parents.get()));
+    hsize_t n = 0;
+    H5Sget_simple_extent_dims(space.get(), &n, nullptr);
+    std::vector<int32_t> values(n);
+    ASSERT_GE(H5Dread(parents.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), 0);
+    parents = Impl::Hid();
+    e.remove("/tree/parent");
+    Impl::Hid dcpl = Impl::ownPlist(H5Pcreate(H5P_DATASET_CREATE));
+    H5Pset_chunk(dcpl.get(), 1, &n);
+    ASSERT_GE(H5Pset_filter(dcpl.get(), FILTER, H5Z_FLAG_MANDATORY, 0, nullptr), 0);
+    Impl::Hid ds = Impl::ownDataset(
+        H5Dcreate2(e.file(), "/tree/parent", H5T_STD_I32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+    ASSERT_TRUE(ds.valid());
+    ASSERT_GE(H5Dwrite(ds.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), 0);
+  }
+  ASSERT_GE(H5Zunregister(FILTER), 0);
+  for (bool isolate : {true, false})
+  {
+    TraceReadOptions o;
+    o.isolate = isolate;
+    expectInputError([&] { TraceReader r(path, o); }, {"filter.h5", "/tree/parent", "HDF5 filter 32123", "does not have"});
+  }
+}
+
 TEST(TraceMalformed, aCrashWhileParsingBecomesAnInputError)
 {
   // The isolated reader turns a crash of the parsing child into an InputError naming the file ...
