@@ -177,6 +177,8 @@ int runTraceCheck(CheckFlags f)
 {
   MaskLayout const mask = parseMaskLayout(f.mask, "--mask");
   auto const src = makeTraceSource(f.trace, f.steps, f.gen.seed);  // bad input (exit 2) before a missing GPU (4)
+  if (!f.no_memory_check)
+    requireFitsInMemory(src->hostBytes(), "--trace", f.trace, "--no-memory-check");
   std::vector<std::string> const designs = resolveDesigns(f.designs);
   std::printf("canopy check: trace %s, %lld steps, mask=%s, %s values, checked against %s; nsplit=%d\n\n",
               src->label().c_str(), static_cast<long long>(src->numSteps()), f.mask.c_str(),

@@ -4,6 +4,7 @@
 #include "canopy_Commands.hpp"
 #include "canopy_Error.hpp"
 #include "canopy_InputLimits.hpp"
+#include "canopy_StepSource.hpp"
 #include "canopy_ExperimentConfig.hpp"
 #include "canopy_Merge.hpp"
 #include "canopy_Registry.hpp"
@@ -65,9 +66,13 @@ private:
   std::chrono::steady_clock::time_point _t0;
 };
 
-/// The largest shape of each sweep against this machine's memory, before any work.
-void requireSweepsFitInMemory(ExperimentConfig const &cfg)
+/// Each trace's largest step and the largest shape of each sweep against this machine's memory,
+/// before any work.
+void requireInputsFitInMemory(ExperimentConfig const &cfg)
 {
+  for (size_t i = 0; i < cfg.traces.size(); ++i)
+    requireFitsInMemory(makeTraceSource(cfg.traces[i], cfg.max_steps, cfg.seed)->hostBytes(),
+                        "inputs.traces[" + std::to_string(i) + "]", cfg.traces[i], "--no-memory-check");
   for (size_t i = 0; i < cfg.sweeps.size(); ++i)
   {
     ShapeSweep const &sw = cfg.sweeps[i];
@@ -111,7 +116,7 @@ int runRun(RunFlags const &f)
   if (!f.shard.empty())
     std::tie(cfg.shard_index, cfg.shard_count) = parseShard(f.shard);
   if (!f.no_memory_check)
-    requireSweepsFitInMemory(cfg);
+    requireInputsFitInMemory(cfg);
   OutputDir out(cfg.out_dir, f.overwrite, f.out_given ? "--out" : "output.dir");  // before any work
   auto progress = std::make_shared<ProgressLine>(cfg.progress && !f.quiet);
   ResultSet const rs = runExperiment(cfg, [progress](int64_t d, int64_t t) { (*progress)(d, t); });

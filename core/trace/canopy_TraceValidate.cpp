@@ -159,15 +159,31 @@ void validateTraceColumns(TraceColumns const &c)
     max_slot = std::max(max_slot, slot);
   }
   {
-    // Stamps instead of sets: one pass, one array of the size of the pool actually used.
-    std::vector<uint32_t> row_stamp(static_cast<size_t>(max_slot + 1), 0), step_stamp(row_stamp.size(), 0);
+    // Stamps instead of sets: one pass, one array over the slots in use. Indexed by the slot itself
+    // when the slots are dense; by its rank among the distinct slots when they are sparse, so that a
+    // small file naming slot 2^35 does not make the validator allocate for 2^35 slots.
+    std::vector<int64_t> sparse;
+    if (max_slot + 1 > 4 * (K + N) + (int64_t{1} << 20))
+    {
+      sparse.reserve(static_cast<size_t>(K + N));
+      sparse.insert(sparse.end(), c.kv_indices.begin(), c.kv_indices.end());
+      sparse.insert(sparse.end(), c.out_cache_loc.begin(), c.out_cache_loc.end());
+      std::sort(sparse.begin(), sparse.end());
+      sparse.erase(std::unique(sparse.begin(), sparse.end()), sparse.end());
+    }
+    auto at = [&](int64_t slot) {
+      return sparse.empty() ? static_cast<size_t>(slot)
+                            : static_cast<size_t>(std::lower_bound(sparse.begin(), sparse.end(), slot) - sparse.begin());
+    };
+    size_t const used = sparse.empty() ? static_cast<size_t>(max_slot + 1) : sparse.size();
+    std::vector<uint32_t> row_stamp(used, 0), step_stamp(used, 0);
     for (int64_t s = 0; s < S; ++s)
     {
       uint32_t const step_mark = static_cast<uint32_t>(s + 1);
       for (int64_t r = c.request_offset[s]; r < c.request_offset[s + 1]; ++r)
         for (int64_t n = c.tree_offset[r]; n < c.tree_offset[r + 1]; ++n)
         {
-          auto &m = step_stamp[static_cast<size_t>(c.out_cache_loc[n])];
+          auto &m = step_stamp[at(c.out_cache_loc[n])];
           if (m == step_mark)
             fail("/tree/out_cache_loc", "index " + str(n) + " (" + where(step_of_row, r) + ", node " +
                                             str(n - c.tree_offset[r]) + ") holds slot " + str(c.out_cache_loc[n]) +
@@ -179,7 +195,7 @@ void validateTraceColumns(TraceColumns const &c)
         uint32_t const row_mark = static_cast<uint32_t>(r + 1);
         for (int64_t k = c.kv_offset[r]; k < c.kv_offset[r + 1]; ++k)
         {
-          size_t const slot = static_cast<size_t>(c.kv_indices[k]);
+          size_t const slot = at(c.kv_indices[k]);
           if (step_stamp[slot] == step_mark)
             fail("/tokens/kv_indices", "index " + str(k) + " (" + where(step_of_row, r) + ", prefix token " +
                                            str(k - c.kv_offset[r]) + ") holds slot " + str(c.kv_indices[k]) +

@@ -4,6 +4,7 @@
 #include "canopy_Error.hpp"
 #include "canopy_Bf16.hpp"
 #include "canopy_Generator.hpp"
+#include "canopy_MemoryEstimate.hpp"
 #include "canopy_Random.hpp"
 
 #ifdef CANOPY_HAVE_TRACE
@@ -42,6 +43,11 @@ public:
     return {std::move(p.meta), p.num_slots, p.shape.num_heads};
   }
   HostProblem problem(int64_t s, MaskLayout layout) const override { return make(s, layout, true); }
+  double hostBytes() const override
+  {
+    return problemHostBytes(_opt.batch, _opt.num_heads, _opt.tree_size, static_cast<double>(_opt.prefix_len),
+                            _opt.pool_slack);
+  }
 
 private:
   HostProblem make(int64_t s, MaskLayout layout, bool values) const
@@ -151,6 +157,29 @@ public:
   }
   std::vector<uint16_t> expectedOutput(int64_t s) const override { return _reader.expectedOutput(s); }
   bool recordedValues() const override { return _reader.info().has_values; }
+  double hostBytes() const override
+  {
+    // The pool: the recorded one, or the seeded one over the slots the steps use (a trace may name
+    // any slot below num_slots); then the largest step's own buffers.
+    int64_t used = 0;
+    double step = 0;
+    int const heads = _reader.info().shape.num_heads;
+    for (int64_t s = 0; s < _steps; ++s)
+    {
+      BatchMetadata const m = _reader.stepMetadata(s, MaskLayout::kParents);
+      for (int64_t x : m.kv_indices)
+        used = std::max(used, x + 1);
+      for (int64_t x : m.out_cache_loc)
+        used = std::max(used, x + 1);
+      double const nodes = static_cast<double>(m.numNodes()), prefix = static_cast<double>(m.kv_indices.size());
+      double mask = 0;  // the full layout's, the largest
+      for (int b = 0; b < m.batchSize(); ++b)
+        mask += static_cast<double>(m.treeSize(b)) * static_cast<double>(m.prefixLen(b) + m.treeSize(b));
+      step = std::max(step, nodes * heads * (D_QK * 2 + D_V * (8 + 2)) + (prefix + nodes) * 8 + mask);
+    }
+    double const slots = static_cast<double>(recordedValues() ? _reader.info().num_slots : used);
+    return slots * D_QK * 2 + step;
+  }
 
 private:
   TraceReader _reader;

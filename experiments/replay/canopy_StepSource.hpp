@@ -45,6 +45,10 @@ public:
   virtual std::vector<uint16_t> const *sharedPool() const { return nullptr; }
   /// \brief The step without its pool (kv_pool empty) when sharedPool() is set, else problem().
   virtual HostProblem stepWithoutPool(int64_t step, MaskLayout layout) const { return problem(step, layout); }
+  /// \brief Host bytes the source holds at once for its largest step (problemHostBytes' terms: the
+  /// pool, q, slot indices, the mask, the fp64 reference and a design's output), known before any
+  /// value is made: what requireFitsInMemory checks before the work.
+  virtual double hostBytes() const = 0;
 };
 
 /// \brief One shape of a sweep (\p shape: batch, heads, tree, prefix, ragged, slots, values, seed),

@@ -2,15 +2,22 @@
 /// \brief The replay engine end to end on the host: rows per combination, bucket grouping,
 /// checks that fail, identical inputs and errors across runs, deterministic step sampling.
 #include "canopy_BatchStorage.hpp"
+#include "canopy_Config.hpp"
 #include "canopy_Design.hpp"
 #include "canopy_ExperimentConfig.hpp"
 #include "canopy_Registry.hpp"
+#include "canopy_InputLimits.hpp"
 #include "canopy_ReplayEngine.hpp"
+#include "canopy_StepSource.hpp"
 #include "canopy_TestDesigns.hpp"
+#ifdef CANOPY_HAVE_TRACE
+#include "canopy_TraceWriter.hpp"
+#endif
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <stdexcept>
 #include <vector>
 
@@ -55,6 +62,40 @@ buckets = [1, 4]
 )",
                                "small.toml");
 }
+
+#ifdef CANOPY_HAVE_TRACE
+TEST(Replay, aTraceWhoseSeededPoolCannotFitIsRefusedBeforeAnyWork)
+{
+  // A small, valid trace whose one request names slot 2^35 - 1 of a pool of 2^35: a seeded pool over
+  // the slots it uses is 40 TB. The estimate says so from the metadata alone, by the trace's name.
+  TraceContent t;
+  t.source = "test";
+  t.shape.num_heads = 8;
+  t.num_slots = int64_t{1} << 35;
+  TraceRequest r;
+  r.request_id = 1;
+  r.spec.prefix_slots = {0, t.num_slots - 1};
+  r.spec.parent = {-1, 0};
+  r.spec.tree_slots = {1, 2};
+  t.steps.push_back(TraceStep{{r}});
+  std::string const path = (std::filesystem::temp_directory_path() / "canopy_huge_pool.h5").string();
+  writeTrace(path, t);
+  auto const src = makeTraceSource(path, 0, 1);
+  EXPECT_GE(src->hostBytes(), static_cast<double>(t.num_slots) * D_QK * 2);
+  try
+  {
+    requireFitsInMemory(src->hostBytes(), "inputs.traces[0]", path, "--no-memory-check");
+    ADD_FAILURE() << "a 40 TB pool was accepted";
+  }
+  catch (InputError const &e)
+  {
+    std::string const what = e.what();
+    EXPECT_NE(what.find("inputs.traces[0]: " + path + " needs about"), std::string::npos) << what;
+    EXPECT_NE(what.find("--no-memory-check"), std::string::npos) << what;
+  }
+  std::filesystem::remove(path);
+}
+#endif
 
 TEST(Replay, rowsPerCombinationAndBucket)
 {

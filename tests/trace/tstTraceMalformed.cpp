@@ -289,6 +289,22 @@ TEST(TraceMalformed, slotsMustLieInThePoolAndNotAlias)
     c.kv_indices[k] = c.kv_indices[k - 2];
     expectRejected(c, {"/tokens/kv_indices", idx(k), "already earlier in the same prefix"});
   }
+  {
+    // The same checks over a sparse pool (slots up to 2^35: the validator ranks the slots in use
+    // instead of allocating for the whole pool), where they hold as well.
+    TraceColumns c = good;
+    int64_t const big = int64_t{1} << 35;
+    c.num_slots = big + 1;
+    for (auto &slot : c.kv_indices)
+      slot = big - slot;
+    for (auto &slot : c.out_cache_loc)
+      slot = big - slot;
+    EXPECT_NO_THROW(validateTraceColumns(c));
+    int64_t const s = 2, r = c.request_offset[s];
+    int64_t const k = c.kv_offset[r];
+    c.kv_indices[k] = c.out_cache_loc[c.tree_offset[c.request_offset[s + 1] - 1]];
+    expectRejected(c, {"/tokens/kv_indices", idx(k), "also a tree node's slot"});
+  }
 }
 
 TEST(TraceMalformed, treesNeedOneRootAndParentsBeforeChildren)
