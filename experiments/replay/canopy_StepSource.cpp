@@ -123,16 +123,7 @@ public:
     {
       // Seeded values for the slots the trace uses (a recorded pool may be far larger than its
       // highest slot); generated once, so steps cost only their queries.
-      int64_t used = 0;
-      for (int64_t s = 0; s < _steps; ++s)
-      {
-        BatchMetadata const m = _reader.stepMetadata(s, MaskLayout::kParents);
-        for (int64_t x : m.kv_indices)
-          used = std::max(used, x + 1);
-        for (int64_t x : m.out_cache_loc)
-          used = std::max(used, x + 1);
-      }
-      _pool_slots = std::max<int64_t>(used, 1);
+      _pool_slots = std::max<int64_t>(slotsUsed(), 1);
       _pool.resize(static_cast<size_t>(_pool_slots) * D_QK);
       SplitMix64 rng(_seed ^ 0x6a09e667f3bcc909ull);
       for (auto &x : _pool)
@@ -161,9 +152,26 @@ public:
   {
     // The pool: the recorded one, or the seeded one over the slots the steps use (a trace may name
     // any slot below num_slots); then the largest step's own buffers.
-    int64_t used = 0;
     double step = 0;
     int const heads = _reader.info().shape.num_heads;
+    for (int64_t s = 0; s < _steps; ++s)
+    {
+      BatchMetadata const m = _reader.stepMetadata(s, MaskLayout::kParents);
+      double const nodes = static_cast<double>(m.numNodes()), prefix = static_cast<double>(m.kv_indices.size());
+      double mask = 0;  // the full layout's, the largest
+      for (int b = 0; b < m.batchSize(); ++b)
+        mask += static_cast<double>(m.treeSize(b)) * static_cast<double>(m.prefixLen(b) + m.treeSize(b));
+      step = std::max(step, nodes * heads * (D_QK * 2 + D_V * (8 + 2)) + (prefix + nodes) * 8 + mask);
+    }
+    double const slots = static_cast<double>(recordedValues() ? _reader.info().num_slots : slotsUsed());
+    return slots * D_QK * 2 + step;
+  }
+
+private:
+  /// One past the highest slot a step uses.
+  int64_t slotsUsed() const
+  {
+    int64_t used = 0;
     for (int64_t s = 0; s < _steps; ++s)
     {
       BatchMetadata const m = _reader.stepMetadata(s, MaskLayout::kParents);
@@ -171,17 +179,10 @@ public:
         used = std::max(used, x + 1);
       for (int64_t x : m.out_cache_loc)
         used = std::max(used, x + 1);
-      double const nodes = static_cast<double>(m.numNodes()), prefix = static_cast<double>(m.kv_indices.size());
-      double mask = 0;  // the full layout's, the largest
-      for (int b = 0; b < m.batchSize(); ++b)
-        mask += static_cast<double>(m.treeSize(b)) * static_cast<double>(m.prefixLen(b) + m.treeSize(b));
-      step = std::max(step, nodes * heads * (D_QK * 2 + D_V * (8 + 2)) + (prefix + nodes) * 8 + mask);
     }
-    double const slots = static_cast<double>(recordedValues() ? _reader.info().num_slots : used);
-    return slots * D_QK * 2 + step;
+    return used;
   }
 
-private:
   TraceReader _reader;
   std::string _path;
   mutable InputAxes _axes;
