@@ -56,6 +56,62 @@ TEST(KokkosDesigns, registeredWithKokkosMemory)
   }
 }
 
+// FP8 pools (docs/design.md §8): every registered design states what it serves; all but the
+// reference serve bf16 only and refuse an FP8 bucket in plan() and in checkDesign with Unsupported
+// naming the design and dtype, never running it another way; the reference passes each mode.
+TEST(KokkosDesigns, fp8PoolsAreServedByTheReferenceAndRefusedByTheOthers)
+{
+  struct Mode
+  {
+    KvDtype dtype;
+    Numerics numerics;
+  };
+  for (Mode const m : {Mode{KvDtype::kFp8E4m3, Numerics::kDequant}, Mode{KvDtype::kFp8E5m2, Numerics::kFp8Mma},
+                       Mode{KvDtype::kFp8E4m3BlockScaled, Numerics::kDequant}})
+  {
+    GeneratorOptions g;
+    g.num_heads = 2;
+    g.tree_size = 9;
+    g.prefix_len = 100;
+    g.kv_dtype = m.dtype;
+    g.kv_scale = 0.05f;
+    HostProblem const p = generateProblem(g);
+    std::vector<double> const ref = referenceAttention(p, m.numerics);
+    DesignOptions options;
+    options.numerics = m.numerics;
+    for (auto const &n : designNames())
+    {
+      DesignPtr d = makeDesign(n);
+      EXPECT_EQ(d->whyNotServed(KvDtype::kBf16, Numerics::kDequant), "") << n;
+      std::string const what = n + " " + toString(m.dtype) + " " + toString(m.numerics);
+      if (n == "reference")
+      {
+        EXPECT_EQ(d->whyNotServed(m.dtype, m.numerics), "") << what;
+        EXPECT_TRUE(checkDesign(*d, p, options, ref).error.pass) << what;
+        continue;
+      }
+      EXPECT_NE(d->whyNotServed(m.dtype, m.numerics), "") << what;
+      PlanBounds bounds = boundsOf(p);
+      EXPECT_EQ(bounds.kv_dtype, m.dtype);
+      try
+      {
+        d->plan(bounds, options);
+        ADD_FAILURE() << what << ": planned";
+      }
+      catch (Unsupported const &e)
+      {
+        EXPECT_NE(std::string(e.what()).find(n + ": kv dtype " + toString(m.dtype)), std::string::npos) << e.what();
+      }
+      EXPECT_THROW(checkDesign(*d, p, options, ref), Unsupported) << what;
+    }
+  }
+  // fp8-mma on a pool it is undefined for is bad input, before any design is asked.
+  PlanBounds bf16;
+  DesignOptions mma;
+  mma.numerics = Numerics::kFp8Mma;
+  EXPECT_THROW(makeDesign("reference")->plan(bf16, mma), InputError);
+}
+
 TEST(KokkosDesigns, passCheckDesignForEveryStrategyAndLayout)
 {
   WorkspaceStrategy const strategies[] = {WorkspaceStrategy::kPersistent, WorkspaceStrategy::kPerCall,
