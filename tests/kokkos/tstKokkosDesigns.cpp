@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,33 @@ TEST(KokkosDesigns, fp8PoolsAreServedByTheReferenceAndRefusedByTheOthers)
       EXPECT_THROW(checkDesign(*d, p, options, ref), Unsupported) << what;
     }
   }
+  // Host storage takes an FP8 pool of the dtype's row width and a usable scale only.
+  GeneratorOptions g;
+  g.tree_size = 5;
+  g.prefix_len = 20;
+  g.kv_dtype = KvDtype::kFp8E4m3BlockScaled;
+  HostProblem const p = generateProblem(g);
+  auto storage = makeBatchStorage(MemoryKind::kHost, BatchCapacity::of(p));
+  storage->upload(p);
+  EXPECT_EQ(storage->ref().kv_pool, nullptr);
+  EXPECT_EQ(storage->ref().kv_dtype, KvDtype::kFp8E4m3BlockScaled);
+  auto const refusal = [&](std::vector<uint8_t> const &pool, KvDtype dtype, float scale) {
+    try
+    {
+      storage->uploadFp8Pool(pool, dtype, scale);
+    }
+    catch (InputError const &e)
+    {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(refusal(p.kv_pool_fp8, KvDtype::kFp8E4m3, 1.0f).rfind("kv_pool: ", 0), 0u) << "656-byte rows as 576";
+  std::vector<uint8_t> const short_pool(p.kv_pool_fp8.begin(), p.kv_pool_fp8.end() - 1);
+  EXPECT_EQ(refusal(short_pool, KvDtype::kFp8E4m3BlockScaled, 1.0f).rfind("kv_pool: ", 0), 0u);
+  for (float bad : {0.0f, -2.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()})
+    EXPECT_EQ(refusal(p.kv_pool_fp8, KvDtype::kFp8E4m3BlockScaled, bad).rfind("kv_scale: ", 0), 0u) << bad;
+
   // fp8-mma on a pool it is undefined for is bad input, before any design is asked.
   PlanBounds bf16;
   DesignOptions mma;
