@@ -6,6 +6,8 @@
 #include "canopy_Error.hpp"
 #include "canopy_Reference.hpp"
 
+#include <cmath>
+
 #ifdef CANOPY_HAVE_CUDA_DESIGNS
 #include "canopy_CudaRuntime.hpp"
 #endif
@@ -22,13 +24,38 @@ public:
   BatchCapacity const &capacity() const override { return _batch.capacity(); }
   void uploadQueries(std::vector<uint16_t> const &q) override { _batch.uploadQueries(q); }
   void uploadPool(std::vector<uint16_t> const &pool) override { _batch.uploadPool(pool); }
+  void uploadFp8Pool(std::vector<uint8_t> const &pool, KvDtype dtype, float scale) override
+  {
+    size_t const bytes = static_cast<size_t>(capacity().num_slots) * kvRowBytes(dtype);
+    if (pool.size() != bytes)
+      throw InputError("kv_pool: " + std::to_string(pool.size()) + " bytes for " + std::to_string(capacity().num_slots) +
+                       " slots of " + toString(dtype) + " (" + std::to_string(kvRowBytes(dtype)) + " bytes a row)");
+    if (!(std::isfinite(scale) && scale > 0))
+      throw InputError("kv_scale: must be finite and > 0, got " + std::to_string(scale));
+    _fp8 = Kokkos::View<uint8_t *, MemorySpace>("kv_pool_fp8", bytes);
+    Kokkos::View<uint8_t const *, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> h(pool.data(), bytes);
+    Kokkos::deep_copy(_fp8, h);
+    _fp8_dtype = dtype;
+    _fp8_scale = scale;
+  }
   void poisonOutput() override { _batch.poisonOutput(); }
   std::vector<uint16_t> downloadOutput() override
   {
     Kokkos::fence();
     return _batch.downloadOutput();
   }
-  BatchRef ref() const override { return _batch.ref(); }
+  BatchRef ref() const override
+  {
+    BatchRef r = _batch.ref();
+    if (_fp8_dtype != KvDtype::kBf16)
+    {
+      r.kv_pool = nullptr;
+      r.kv_dtype = _fp8_dtype;
+      r.kv_pool_fp8 = _fp8.data();
+      r.kv_scale = _fp8_scale;
+    }
+    return r;
+  }
   void sync() override { Kokkos::fence(); }
 
 protected:
@@ -36,6 +63,9 @@ protected:
 
 private:
   VerifyBatch<MemorySpace> _batch;
+  Kokkos::View<uint8_t *, MemorySpace> _fp8;
+  KvDtype _fp8_dtype = KvDtype::kBf16;
+  float _fp8_scale = 1.f;
 };
 } // namespace
 
@@ -78,13 +108,16 @@ PlanBounds boundsOf(HostProblem const &problem)
   b.max_nodes = problem.meta.numNodes();
   b.num_heads = problem.shape.num_heads;
   b.mask_layout = problem.meta.mask_layout;
+  b.kv_dtype = problem.kv_dtype;
   return b;
 }
 
 CheckResult checkDesign(Design &design, HostProblem const &problem, DesignOptions const &options,
                         std::vector<double> const &reference)
 {
-  design.plan(boundsOf(problem), options);
+  PlanBounds const bounds = boundsOf(problem);
+  requireServed(design, bounds, options);  // also for a design whose plan() forgets to
+  design.plan(bounds, options);
   auto storage = makeBatchStorage(design.memory(), BatchCapacity::of(problem));
   storage->upload(problem);
   storage->poisonOutput();
@@ -94,7 +127,7 @@ CheckResult checkDesign(Design &design, HostProblem const &problem, DesignOption
   CheckResult r;
   r.design = design.name();
   r.path = design.path();
-  r.error = compareToReference(reference, out.data(), out.size());
+  r.error = compareToReference(reference, out.data(), out.size(), errorBounds(problem.kv_dtype, options.numerics));
   return r;
 }
 } // namespace canopy

@@ -30,12 +30,21 @@ public:
   virtual void uploadQueries(std::vector<uint16_t> const &q) = 0;
   /// \brief The KV pool ([num_slots][576] bf16 bits), once when every step shares it.
   virtual void uploadPool(std::vector<uint16_t> const &kv_pool) = 0;
+  /// \brief An FP8 pool ([num_slots][kvRowBytes(dtype)] bytes) and its scale; ref() then points at it
+  /// and kv_pool is null. Memory that holds no FP8 pool says so (Unsupported).
+  virtual void uploadFp8Pool(std::vector<uint8_t> const &, KvDtype dtype, float)
+  {
+    throw Unsupported("kv_pool: this memory holds bf16 pools only, not " + toString(dtype));
+  }
   /// \brief Metadata, q and the KV pool.
   void upload(HostProblem const &problem)
   {
     setMetadata(problem.meta, problem.shape);
     uploadQueries(problem.q);
-    uploadPool(problem.kv_pool);
+    if (problem.kv_dtype == KvDtype::kBf16)
+      uploadPool(problem.kv_pool);
+    else
+      uploadFp8Pool(problem.kv_pool_fp8, problem.kv_dtype, problem.kv_scale);
   }
   virtual void poisonOutput() = 0;
   /// \brief Waits for all work enqueued on the storage's stream/space, then copies the used output rows.
@@ -73,7 +82,8 @@ struct CheckResult
 };
 
 /// \brief plan + upload + poison + run + download + compare. \p reference is the fp64 output of
-/// referenceAttention(problem).
+/// referenceAttention(problem, options.numerics); the bounds are errorBounds(the problem's KV dtype,
+/// options.numerics). A design that does not serve that dtype and numerics throws Unsupported.
 CheckResult checkDesign(Design &design, HostProblem const &problem, DesignOptions const &options,
                         std::vector<double> const &reference);
 } // namespace canopy

@@ -4,6 +4,8 @@
 #pragma once
 
 #include "canopy_BatchRef.hpp"
+#include "canopy_Error.hpp"
+#include "canopy_KvDtype.hpp"
 #include "canopy_Types.hpp"
 
 #include <cstddef>
@@ -49,6 +51,7 @@ struct PlanBounds
   int64_t max_nodes = 1;     ///< max sum T
   int num_heads = 8;
   MaskLayout mask_layout = MaskLayout::kFull;
+  KvDtype kv_dtype = KvDtype::kBf16;  ///< the pool's storage (docs/design.md §8)
 };
 
 /// \brief Knobs shared by designs; a design ignores what does not apply to it.
@@ -58,6 +61,7 @@ struct DesignOptions
                              ///< docs/experiments.md); 0 = the design chooses from the plan bounds
   WorkspaceStrategy workspace = WorkspaceStrategy::kPersistent;
   bool strict = false;       ///< a fallback to another path is an error instead of a recorded fact
+  Numerics numerics = Numerics::kDequant;  ///< the products' input types (docs/design.md §8)
 };
 
 /// \brief Where run() may enqueue: a CUDA stream (as void*, so core stays CUDA-free) for CUDA designs.
@@ -91,7 +95,24 @@ public:
   virtual size_t workspaceBytes() const { return 0; }
   /// \brief Whether run() may be captured into a CUDA graph.
   virtual bool captureSafe() const { return false; }
+  /// \brief "" when run() serves a \p kv_dtype pool computed in \p numerics, else why not
+  /// (docs/design.md §8): what a design does not serve is reported unsupported, never run another way.
+  virtual std::string whyNotServed(KvDtype kv_dtype, Numerics numerics) const
+  {
+    return kv_dtype == KvDtype::kBf16 && numerics == Numerics::kDequant ? "" : "reads bf16 KV pools only";
+  }
 };
+
+/// \brief What every plan() does first: InputError when \p options' numerics is undefined for the
+/// bounds' KV dtype, Unsupported (naming the design, dtype and numerics) when \p design does not serve them.
+inline void requireServed(Design const &design, PlanBounds const &bounds, DesignOptions const &options)
+{
+  if (std::string const why = numericsUndefinedFor(bounds.kv_dtype, options.numerics); !why.empty())
+    throw InputError(why);
+  if (std::string const why = design.whyNotServed(bounds.kv_dtype, options.numerics); !why.empty())
+    throw Unsupported(design.name() + ": kv dtype " + toString(bounds.kv_dtype) + " with numerics " +
+                      toString(options.numerics) + ": " + why);
+}
 
 using DesignPtr = std::unique_ptr<Design>;
 } // namespace canopy

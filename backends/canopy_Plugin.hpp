@@ -21,7 +21,7 @@
 /// Version of everything a plugin and the process that loads it share by layout: Design's virtual
 /// functions, BatchRef, PlanBounds, DesignOptions, ExecContext, MemoryKind, the registrar below.
 /// Any change to one of them bumps it; a library built against another value is refused.
-#define CANOPY_PLUGIN_ABI_VERSION 1
+#define CANOPY_PLUGIN_ABI_VERSION 2
 
 namespace canopy
 {

@@ -68,6 +68,7 @@ public:
   MemoryKind memory() const override { return _inner->memory(); }
   void plan(PlanBounds const &bounds, DesignOptions const &options) override
   {
+    requireServed(*this, bounds, options);
     guarded("plan", [&] { _inner->plan(bounds, options); });
   }
   void run(BatchRef const &batch, ExecContext const &ctx) override
@@ -79,6 +80,10 @@ public:
   std::string kernelPaths() const override { return _inner->kernelPaths(); }
   size_t workspaceBytes() const override { return _inner->workspaceBytes(); }
   bool captureSafe() const override { return _inner->captureSafe(); }
+  std::string whyNotServed(KvDtype kv_dtype, Numerics numerics) const override
+  {
+    return _inner->whyNotServed(kv_dtype, numerics);
+  }
 
 private:
   template <class F>

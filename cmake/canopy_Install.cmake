@@ -14,7 +14,8 @@ set(CANOPY_INSTALL_PYTHONDIR ${CMAKE_INSTALL_LIBDIR}/python3/site-packages CACHE
 # The public API (docs/design.md §7 lists it and its promise). Everything else under core/ and
 # backends/ (the designs' kernels, trace I/O, statistics, the cost model) stays internal.
 set(_canopy_public_headers
-  core/canopy_Types.hpp core/canopy_EnumNames.hpp core/canopy_Error.hpp core/canopy_Bf16.hpp
+  core/canopy_Types.hpp core/canopy_EnumNames.hpp core/canopy_Error.hpp core/canopy_Bf16.hpp core/canopy_Fp8.hpp
+  core/canopy_KvDtype.hpp core/canopy_KvQuant.hpp
   core/canopy_BatchRef.hpp core/canopy_BatchCapacity.hpp core/canopy_Batch.hpp core/canopy_KokkosCompat.hpp
   core/canopy_Problem.hpp core/canopy_Generator.hpp core/canopy_Reference.hpp
   backends/canopy_Design.hpp backends/canopy_Registry.hpp backends/canopy_Plugin.hpp

@@ -4,6 +4,7 @@
 /// receives and what the CUDA launchers see. No Kokkos: plain nvcc compiles it.
 #pragma once
 
+#include "canopy_KvDtype.hpp"
 #include "canopy_Types.hpp"
 
 #include <cstdint>
@@ -77,6 +78,12 @@ struct BatchRef : BatchBuffers<RawPointer>
   int64_t num_slots = 0;   ///< rows of kv_pool
   float sm_scale = 0.f;
   MaskLayout mask_layout = MaskLayout::kFull;
+  /// The pool's storage (docs/design.md §8). bf16: kv_pool holds it. Otherwise kv_pool is null and
+  /// kv_pool_fp8 holds [num_slots][kvRowBytes(kv_dtype)] bytes; fp8-e4m3 and fp8-e5m2 values are
+  /// decode(byte) * kv_scale, the block-scaled row carries its own scales.
+  KvDtype kv_dtype = KvDtype::kBf16;
+  uint8_t const *kv_pool_fp8 = nullptr;
+  float kv_scale = 1.f;
 };
 
 /// \brief The counts a batch's buffer sizes derive from; elements() is the one formula per extent.

@@ -1,6 +1,7 @@
 #include "canopy_Generator.hpp"
 
 #include "canopy_Error.hpp"
+#include "canopy_KvQuant.hpp"
 #include "canopy_Random.hpp"
 
 #include <algorithm>
@@ -109,6 +110,7 @@ HostProblem generateProblem(GeneratorOptions const &opt)
     fillRandomValues(problem, opt.seed ^ 0x5bd1e995ull);
     if (opt.values == ValueMode::kTreeDominant)
       makeTreeDominant(problem, opt.seed);
+    quantisePool(problem, opt.kv_dtype, opt.kv_scale);
   }
   return problem;
 }

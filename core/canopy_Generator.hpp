@@ -26,6 +26,9 @@ struct GeneratorOptions
   uint64_t seed = 1;
   bool with_values = true;   ///< false: metadata only (q and the pool left empty), for sizing
   ValueMode values = ValueMode::kRandom;  ///< kTreeDominant: the tree keys carry the attention
+  /// The pool as a serving stack stores it: the bf16 values are drawn, then quantised (quantisePool).
+  KvDtype kv_dtype = KvDtype::kBf16;
+  float kv_scale = 1.0f;  ///< fp8-e4m3 / fp8-e5m2: SGLang's per-tensor k_scale
 };
 
 /// \brief A DDTree-like draft tree of \p size nodes: a spine (the drafter's top-1 path) with side

@@ -2,6 +2,7 @@
 /// \brief One verify step on the host: SGLang-native metadata (exact dtypes) plus activations.
 #pragma once
 
+#include "canopy_KvDtype.hpp"
 #include "canopy_Types.hpp"
 
 #include <cstdint>
@@ -59,7 +60,10 @@ struct HostProblem
   int64_t num_slots = 0;
   BatchMetadata meta;
   std::vector<uint16_t> q;        ///< bf16 bits [sum T][H][576]
-  std::vector<uint16_t> kv_pool;  ///< bf16 bits [num_slots][576]
+  std::vector<uint16_t> kv_pool;  ///< bf16 bits [num_slots][576]; empty for an FP8 pool
+  KvDtype kv_dtype = KvDtype::kBf16;
+  std::vector<uint8_t> kv_pool_fp8;  ///< FP8 pool: [num_slots][kvRowBytes(kv_dtype)] bytes
+  float kv_scale = 1.f;              ///< fp8-e4m3 / fp8-e5m2: value = decode(byte) * kv_scale
 
   size_t outElements() const { return static_cast<size_t>(meta.numNodes()) * shape.num_heads * D_V; }
 };

@@ -1,6 +1,9 @@
 #include "canopy_Reference.hpp"
 
 #include "canopy_Bf16.hpp"
+#include "canopy_Error.hpp"
+#include "canopy_Fp8.hpp"
+#include "canopy_KvQuant.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -25,7 +28,10 @@ BatchRef hostRef(HostProblem const &p, uint16_t *out)
   r.mask_indptr = p.meta.mask_indptr.data();
   r.tree_parent = p.meta.tree_parent.data();
   r.q = p.q.data();
-  r.kv_pool = p.kv_pool.data();
+  r.kv_pool = p.kv_dtype == KvDtype::kBf16 ? p.kv_pool.data() : nullptr;
+  r.kv_dtype = p.kv_dtype;
+  r.kv_pool_fp8 = p.kv_dtype == KvDtype::kBf16 ? nullptr : p.kv_pool_fp8.data();
+  r.kv_scale = p.kv_scale;
   r.out = out;
   return r;
 }
@@ -51,8 +57,15 @@ bool treeVisible(BatchRef const &r, int b, int64_t i, int64_t j, int64_t prefix_
 }
 } // namespace
 
-std::vector<double> referenceAttention(BatchRef const &r)
+std::vector<double> referenceAttention(BatchRef const &r, Numerics numerics)
 {
+  // fp8-mma: Q and the softmax weights pass through the cache's FP8 type, as SGLang's kernels cast
+  // them (no scale); the denominator sums the weights before the cast, as those kernels do.
+  if (std::string const why = numericsUndefinedFor(r.kv_dtype, numerics); !why.empty())
+    throw InputError("reference: " + why);
+  bool const fp8_products = numerics == Numerics::kFp8Mma;
+  Fp8Format const fmt = fp8FormatOf(r.kv_dtype);
+  auto const cast = [&](double x) { return static_cast<double>(fp8ToFloat(floatToFp8(static_cast<float>(x), fmt), fmt)); };
   int const H = r.num_heads;
   std::vector<double> out(static_cast<size_t>(r.num_nodes) * H * D_V, 0.0);
   std::vector<double> kv;     // converted rows of the visible keys, [n][576]
@@ -68,8 +81,7 @@ std::vector<double> referenceAttention(BatchRef const &r)
     for (int64_t k = 0; k < P + T; ++k)
     {
       int64_t const slot = k < P ? r.kv_indices[r.kv_indptr[b] + k] : r.out_cache_loc[r.qo_indptr[b] + (k - P)];
-      for (int d = 0; d < D_QK; ++d)
-        kv[k * D_QK + d] = bf16ToFloat(r.kv_pool[slot * D_QK + d]);
+      dequantiseRow(r, slot, &kv[k * D_QK]);
     }
     for (int64_t i = 0; i < T; ++i)
     {
@@ -79,7 +91,7 @@ std::vector<double> referenceAttention(BatchRef const &r)
         uint16_t const *qrow = r.q + (row * H + h) * D_QK;
         double qd[D_QK];
         for (int d = 0; d < D_QK; ++d)
-          qd[d] = bf16ToFloat(qrow[d]);
+          qd[d] = fp8_products ? cast(bf16ToFloat(qrow[d])) : bf16ToFloat(qrow[d]);
         score.assign(static_cast<size_t>(P + T), -std::numeric_limits<double>::infinity());
         double mx = -std::numeric_limits<double>::infinity();
         for (int64_t k = 0; k < P + T; ++k)
@@ -100,8 +112,9 @@ std::vector<double> referenceAttention(BatchRef const &r)
             continue;
           double const w = std::exp(score[k] - mx);
           denom += w;
+          double const pw = fp8_products ? cast(w) : w;
           for (int d = 0; d < D_V; ++d)
-            o[d] += w * kv[k * D_QK + d];
+            o[d] += pw * kv[k * D_QK + d];
         }
         for (int d = 0; d < D_V; ++d)
           o[d] /= denom;
@@ -111,9 +124,17 @@ std::vector<double> referenceAttention(BatchRef const &r)
   return out;
 }
 
-std::vector<double> referenceAttention(HostProblem const &p) { return referenceAttention(hostRef(p)); }
+std::vector<double> referenceAttention(HostProblem const &p, Numerics numerics)
+{
+  return referenceAttention(hostRef(p), numerics);
+}
 
 ErrorStats compareToReference(std::vector<double> const &ref, uint16_t const *out, size_t count)
+{
+  return compareToReference(ref, out, count, BF16_BOUNDS);
+}
+
+ErrorStats compareToReference(std::vector<double> const &ref, uint16_t const *out, size_t count, ErrorBounds const &bound)
 {
   ErrorStats e;
   double num = 0, den = 0;
@@ -157,20 +178,76 @@ ErrorStats compareToReference(std::vector<double> const &ref, uint16_t const *ou
     e.max_ulps = std::max(e.max_ulps, ulp > 0 ? rerr / ulp : (rerr > 0 ? std::numeric_limits<double>::infinity() : 0));
   }
   e.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-  e.pass = e.num_bad == 0 && e.rel_l2 <= REL_L2_TOLERANCE && e.worst_row_rel_l2 <= ROW_REL_L2_TOLERANCE;
+  e.pass = e.num_bad == 0 && e.rel_l2 <= bound.rel_l2 && e.worst_row_rel_l2 <= bound.row_rel_l2;
   return e;
 }
 
-std::vector<double> mutatedReference(HostProblem const &problem, Mutation mutation)
+ErrorBounds errorBounds(KvDtype dtype, Numerics numerics)
+{
+  if (numerics == Numerics::kDequant)
+    return BF16_BOUNDS;
+  if (dtype == KvDtype::kFp8E5m2)
+    return {FP8_MMA_E5M2_REL_L2_TOLERANCE, FP8_MMA_E5M2_ROW_REL_L2_TOLERANCE};
+  return {FP8_MMA_E4M3_REL_L2_TOLERANCE, FP8_MMA_E4M3_ROW_REL_L2_TOLERANCE};
+}
+
+namespace
+{
+/// The FP8 mutations: the pool read wrongly. Rope as FP8 has no BatchRef form: the misread values
+/// go into a bf16 pool (exact: e4m3 times a power-of-two scale is a bf16 value).
+std::vector<double> misreadPool(HostProblem const &problem, Mutation mutation, Numerics numerics)
+{
+  auto const need = [&](bool ok, char const *dtypes) {
+    if (!ok)
+      throw InputError("mutation " + toString(mutation) + ": needs a " + dtypes + " pool, not " +
+                       toString(problem.kv_dtype));
+  };
+  BatchRef r = hostRef(problem);
+  switch (mutation)
+  {
+  case Mutation::kKvScaleWrong:
+  case Mutation::kKvScaleTwice:
+    need(problem.kv_dtype == KvDtype::kFp8E4m3 || problem.kv_dtype == KvDtype::kFp8E5m2, "fp8-e4m3 or fp8-e5m2");
+    r.kv_scale = mutation == Mutation::kKvScaleWrong ? 2 * r.kv_scale : r.kv_scale * r.kv_scale;
+    return referenceAttention(r, numerics);
+  case Mutation::kE5m2AsE4m3:
+    need(problem.kv_dtype == KvDtype::kFp8E5m2, "fp8-e5m2");
+    r.kv_dtype = KvDtype::kFp8E4m3;
+    return referenceAttention(r, numerics);
+  default: break;
+  }
+  need(problem.kv_dtype == KvDtype::kFp8E4m3BlockScaled, "fp8-e4m3-blockscaled");
+  HostProblem misread = problem;
+  misread.kv_dtype = KvDtype::kBf16;
+  misread.kv_pool.assign(static_cast<size_t>(problem.num_slots) * D_QK, 0);
+  int const row_bytes = kvRowBytes(problem.kv_dtype);
+  std::vector<double> row(D_QK);
+  for (int64_t slot = 0; slot < problem.num_slots; ++slot)
+  {
+    dequantiseRow(r, slot, row.data());
+    uint8_t const *rope = problem.kv_pool_fp8.data() + slot * row_bytes + KV_BLOCKSCALED_ROPE_AT;
+    for (int d = 0; d < D_ROPE; ++d)
+      row[D_LATENT + d] = fp8ToFloat(rope[d], FP8_E4M3);
+    for (int d = 0; d < D_QK; ++d)
+      misread.kv_pool[slot * D_QK + d] = floatToBf16(static_cast<float>(row[d]));
+  }
+  return referenceAttention(misread, numerics);
+}
+} // namespace
+
+std::vector<double> mutatedReference(HostProblem const &problem, Mutation mutation, Numerics numerics)
 {
   BatchRef r = hostRef(problem);
   if (mutation == Mutation::kNone)
-    return referenceAttention(r);
+    return referenceAttention(r, numerics);
   if (mutation == Mutation::kWrongScale)
   {
     r.sm_scale *= 2;
-    return referenceAttention(r);
+    return referenceAttention(r, numerics);
   }
+  if (mutation == Mutation::kKvScaleWrong || mutation == Mutation::kKvScaleTwice ||
+      mutation == Mutation::kE5m2AsE4m3 || mutation == Mutation::kRopeAsFp8)
+    return misreadPool(problem, mutation, numerics);
   // The other mutations change visibility: express them as a tree-layout mask built from the
   // parents, and (no prefix) an empty prefix list.
   BatchMetadata meta = problem.meta;
@@ -207,6 +284,6 @@ std::vector<double> mutatedReference(HostProblem const &problem, Mutation mutati
   r.mask_indptr = meta.mask_indptr.data();
   if (mutation == Mutation::kNoPrefix)
     r.kv_indptr = no_prefix.data();
-  return referenceAttention(r);
+  return referenceAttention(r, numerics);
 }
 } // namespace canopy

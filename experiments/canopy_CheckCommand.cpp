@@ -11,6 +11,7 @@
 #include "canopy_StepCheck.hpp"
 #include "canopy_StepSource.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -31,6 +32,8 @@ struct CheckFlags
   std::string trace;
   int64_t steps = 0;
   std::string values = "both";  ///< random, tree-dominant, or both (a design must pass each)
+  std::string kv_dtype = "bf16";
+  std::string numerics = "dequant";
   std::map<std::string, CLI::Option *> given;  ///< flags whose use is checked against --trace
 };
 
@@ -41,13 +44,19 @@ void validateCheckFlags(CheckFlags const &f)
   auto const given = [&](char const *flag) { return f.given.at(flag)->count() > 0; };
   if (!f.trace.empty())
   {
-    for (char const *flag : {"--batch", "--heads", "--tree", "--prefix", "--ragged", "--padded"})
+    for (char const *flag : {"--batch", "--heads", "--tree", "--prefix", "--ragged", "--padded", "--kv-dtype", "--kv-scale"})
       if (given(flag))
         throw InputError(std::string(flag) + " and --trace: the trace fixes the shapes; give one or the other");
   }
   else if (given("--steps"))
     throw InputError("--steps: applies to --trace only (give --trace FILE, or drop --steps)");
   requireWithin(limits::NSPLIT, f.nsplit, "--nsplit");
+  if (std::string const why = numericsUndefinedFor(parseKvDtype(f.kv_dtype, "--kv-dtype"),
+                                                   parseNumerics(f.numerics, "--numerics"));
+      !why.empty())
+    throw InputError("--numerics: " + why);
+  if (!(std::isfinite(f.gen.kv_scale) && f.gen.kv_scale > 0))
+    throw InputError("--kv-scale: must be finite and > 0, got " + std::to_string(f.gen.kv_scale));
   if (!f.trace.empty())
     return;
   requireWithin(limits::BATCH, f.gen.batch, "--batch");
@@ -96,11 +105,11 @@ void printUnsupported(std::string const &name, std::string const &values, std::s
   std::printf("| %-12s | %-13s | unsupported: %s |\n", name.c_str(), values.c_str(), why.c_str());
 }
 
-void printTolerances()
+void printTolerances(ErrorBounds const &bound = BF16_BOUNDS)
 {
-  std::printf("tolerance: rel-L2 <= %.0e over the output and <= %.0e per output row (worst row), no NaN or "
+  std::printf("tolerance: rel-L2 <= %.1e over the output and <= %.1e per output row (worst row), no NaN or "
               "unwritten element; ulps: largest error in bf16 ulps of its row's largest value\n\n",
-              REL_L2_TOLERANCE, ROW_REL_L2_TOLERANCE);
+              bound.rel_l2, bound.row_rel_l2);
 }
 
 /// The designs of --designs. A design named there that needs a GPU this host lacks stops the check
@@ -132,6 +141,8 @@ std::vector<std::string> resolveDesigns(std::string const &list)
 int runCheck(CheckFlags f)
 {
   f.gen.mask_layout = parseMaskLayout(f.mask, "--mask");
+  f.gen.kv_dtype = parseKvDtype(f.kv_dtype, "--kv-dtype");
+  Numerics const numerics = parseNumerics(f.numerics, "--numerics");
   std::vector<std::string> const designs = resolveDesigns(f.designs);
   std::vector<ValueMode> const modes = valueModes(f.values);
   GeneratorOptions shape_only = f.gen;
@@ -141,19 +152,23 @@ int runCheck(CheckFlags f)
   std::printf("canopy check: B=%d (+%d padded) H=%d T=%d P=%lld mask=%s ragged=%s seed=%llu nsplit=%d\n", f.gen.batch,
               f.gen.padded_rows, f.gen.num_heads, f.gen.tree_size, static_cast<long long>(f.gen.prefix_len),
               f.mask.c_str(), f.gen.ragged ? "yes" : "no", static_cast<unsigned long long>(f.gen.seed), f.nsplit);
-  std::printf("%.3f GFLOP, %.3f MB minimum traffic\n", cost.flops * 1e-9, cost.bytes_min * 1e-6);
-  printTolerances();
+  std::printf("%.3f GFLOP, %.3f MB minimum traffic (bf16 KV)\n", cost.flops * 1e-9, cost.bytes_min * 1e-6);
+  if (f.gen.kv_dtype != KvDtype::kBf16)
+    std::printf("kv dtype %s (kv scale %g), numerics %s\n", f.kv_dtype.c_str(), static_cast<double>(f.gen.kv_scale),
+                f.numerics.c_str());
+  printTolerances(errorBounds(f.gen.kv_dtype, numerics));
   printHeader();
   DesignOptions options;
   options.nsplit = f.nsplit;
   options.strict = f.strict;
+  options.numerics = numerics;
   bool all_pass = true;
   for (ValueMode values : modes)
   {
     GeneratorOptions g = f.gen;
     g.values = values;
     HostProblem const problem = generateProblem(g);
-    std::vector<double> const reference = referenceAttention(problem);
+    std::vector<double> const reference = referenceAttention(problem, numerics);
     for (auto const &name : designs)
     {
       DesignPtr design = makeDesign(name);
@@ -264,6 +279,15 @@ void addCheckCommand(CLI::App &app, Action &action)
                   "inputs: random (the prefix carries the attention), tree-dominant (the visible tree keys do), or "
                   "both (default: a design must pass each)")
       ->check(CLI::IsMember({"random", "tree-dominant", "both"}));
+  given["--kv-dtype"] = cmd->add_option("--kv-dtype", flags->kv_dtype,
+                                        "KV pool storage: bf16, fp8-e4m3, fp8-e5m2 (one scale, SGLang) or "
+                                        "fp8-e4m3-blockscaled (DeepSeek V3.2's 656-byte rows)")
+                            ->check(CLI::IsMember({"bf16", "fp8-e4m3", "fp8-e5m2", "fp8-e4m3-blockscaled"}));
+  given["--kv-scale"] = cmd->add_option("--kv-scale", flags->gen.kv_scale,
+                                        "fp8-e4m3 / fp8-e5m2: the per-tensor scale (SGLang's k_scale), > 0");
+  cmd->add_option("--numerics", flags->numerics,
+                  "dequant (KV dequantised, Q and P bf16; default) or fp8-mma (Q and P cast to the KV's FP8 type)")
+      ->check(CLI::IsMember({"dequant", "fp8-mma"}));
   given["--steps"] = cmd->add_option("--steps", flags->steps, "with --trace: only the first N steps (0 = all)")
                          ->check(CLI::NonNegativeNumber);
   cmd->callback([flags, &action] {

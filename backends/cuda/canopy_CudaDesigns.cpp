@@ -79,6 +79,7 @@ public:
 
   void plan(PlanBounds const &bounds, DesignOptions const &options) override
   {
+    requireServed(*this, bounds, options);
     std::string const who = name() + ": ";
     std::string why;
     if (!cudaAvailable(&why))

@@ -115,6 +115,7 @@ public:
 
   void plan(PlanBounds const &bounds, DesignOptions const &options) override
   {
+    requireServed(*this, bounds, options);
     if (options.strict && !verifyFlavorCompiled<ExecSpace, Flavor>())
       throw InputError(name() + ": not compiled for " + std::string(ExecSpace::name()) +
                        " in this build (strict mode forbids the fallback to " + TeamTiles::name() + ")");

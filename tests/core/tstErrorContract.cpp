@@ -112,6 +112,36 @@ TEST(ErrorContract, bothBoundsAtSevenTenthsPass)
   EXPECT_TRUE(e.pass) << describe(e);
 }
 
+// FP8 caches: dequant numerics keep the bf16 bounds; fp8-mma's bounds (docs/design.md §8) are
+// 4e-2 / 7e-2 for e4m3 and 8e-2 / 1.4e-1 for e5m2, each from both sides on its own.
+TEST(ErrorContract, fp8BoundsFromBothSides)
+{
+  for (KvDtype dtype : {KvDtype::kFp8E4m3, KvDtype::kFp8E5m2, KvDtype::kFp8E4m3BlockScaled})
+  {
+    ErrorBounds const b = errorBounds(dtype, Numerics::kDequant);
+    EXPECT_EQ(b.rel_l2, 1e-2);
+    EXPECT_EQ(b.row_rel_l2, 2e-2);
+  }
+  struct Pin
+  {
+    KvDtype dtype;
+    double global, row;
+  };
+  for (Pin const pin : {Pin{KvDtype::kFp8E4m3, 4e-2, 7e-2}, Pin{KvDtype::kFp8E5m2, 8e-2, 1.4e-1}})
+  {
+    ErrorBounds const b = errorBounds(pin.dtype, Numerics::kFp8Mma);
+    auto const pass = [&](Pinned const &p) { return compareToReference(p.ref, p.out.data(), p.out.size(), b).pass; };
+    std::string const what = toString(pin.dtype);
+    EXPECT_FALSE(pass(withRowErrors(std::vector<double>(16, 1.5 * pin.global)))) << what << ": 1.5x global";
+    EXPECT_TRUE(pass(withRowErrors(std::vector<double>(16, -0.7 * pin.global)))) << what << ": 0.7x global";
+    std::vector<double> rel(64, 0.0);
+    rel[11] = 1.5 * pin.row;
+    EXPECT_FALSE(pass(withRowErrors(rel))) << what << ": one row at 1.5x its bound";
+    rel[11] = -0.7 * pin.row;
+    EXPECT_TRUE(pass(withRowErrors(rel))) << what << ": one row at 0.7x its bound";
+  }
+}
+
 // A NaN or an Inf anywhere fails an output that is otherwise exact, and is counted where it is.
 TEST(ErrorContract, nanAndInfAnywhereFail)
 {

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,89 @@ TEST(KokkosDesigns, registeredWithKokkosMemory)
     EXPECT_TRUE(d->memory() == MemoryKind::kKokkos || d->memory() == MemoryKind::kCudaDevice) << n;
     EXPECT_FALSE(designSummary(n).empty());
   }
+}
+
+// FP8 pools (docs/design.md §8): every registered design states what it serves; all but the
+// reference serve bf16 only and refuse an FP8 bucket in plan() and in checkDesign with Unsupported
+// naming the design and dtype, never running it another way; the reference passes each mode.
+TEST(KokkosDesigns, fp8PoolsAreServedByTheReferenceAndRefusedByTheOthers)
+{
+  struct Mode
+  {
+    KvDtype dtype;
+    Numerics numerics;
+  };
+  for (Mode const m : {Mode{KvDtype::kFp8E4m3, Numerics::kDequant}, Mode{KvDtype::kFp8E5m2, Numerics::kFp8Mma},
+                       Mode{KvDtype::kFp8E4m3BlockScaled, Numerics::kDequant}})
+  {
+    GeneratorOptions g;
+    g.num_heads = 2;
+    g.tree_size = 9;
+    g.prefix_len = 100;
+    g.kv_dtype = m.dtype;
+    g.kv_scale = 0.05f;
+    HostProblem const p = generateProblem(g);
+    std::vector<double> const ref = referenceAttention(p, m.numerics);
+    DesignOptions options;
+    options.numerics = m.numerics;
+    for (auto const &n : designNames())
+    {
+      DesignPtr d = makeDesign(n);
+      EXPECT_EQ(d->whyNotServed(KvDtype::kBf16, Numerics::kDequant), "") << n;
+      std::string const what = n + " " + toString(m.dtype) + " " + toString(m.numerics);
+      if (n == "reference")
+      {
+        EXPECT_EQ(d->whyNotServed(m.dtype, m.numerics), "") << what;
+        EXPECT_TRUE(checkDesign(*d, p, options, ref).error.pass) << what;
+        continue;
+      }
+      EXPECT_NE(d->whyNotServed(m.dtype, m.numerics), "") << what;
+      PlanBounds bounds = boundsOf(p);
+      EXPECT_EQ(bounds.kv_dtype, m.dtype);
+      try
+      {
+        d->plan(bounds, options);
+        ADD_FAILURE() << what << ": planned";
+      }
+      catch (Unsupported const &e)
+      {
+        EXPECT_NE(std::string(e.what()).find(n + ": kv dtype " + toString(m.dtype)), std::string::npos) << e.what();
+      }
+      EXPECT_THROW(checkDesign(*d, p, options, ref), Unsupported) << what;
+    }
+  }
+  // Host storage takes an FP8 pool of the dtype's row width and a usable scale only.
+  GeneratorOptions g;
+  g.tree_size = 5;
+  g.prefix_len = 20;
+  g.kv_dtype = KvDtype::kFp8E4m3BlockScaled;
+  HostProblem const p = generateProblem(g);
+  auto storage = makeBatchStorage(MemoryKind::kHost, BatchCapacity::of(p));
+  storage->upload(p);
+  EXPECT_EQ(storage->ref().kv_pool, nullptr);
+  EXPECT_EQ(storage->ref().kv_dtype, KvDtype::kFp8E4m3BlockScaled);
+  auto const refusal = [&](std::vector<uint8_t> const &pool, KvDtype dtype, float scale) {
+    try
+    {
+      storage->uploadFp8Pool(pool, dtype, scale);
+    }
+    catch (InputError const &e)
+    {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(refusal(p.kv_pool_fp8, KvDtype::kFp8E4m3, 1.0f).rfind("kv_pool: ", 0), 0u) << "656-byte rows as 576";
+  std::vector<uint8_t> const short_pool(p.kv_pool_fp8.begin(), p.kv_pool_fp8.end() - 1);
+  EXPECT_EQ(refusal(short_pool, KvDtype::kFp8E4m3BlockScaled, 1.0f).rfind("kv_pool: ", 0), 0u);
+  for (float bad : {0.0f, -2.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()})
+    EXPECT_EQ(refusal(p.kv_pool_fp8, KvDtype::kFp8E4m3BlockScaled, bad).rfind("kv_scale: ", 0), 0u) << bad;
+
+  // fp8-mma on a pool it is undefined for is bad input, before any design is asked.
+  PlanBounds bf16;
+  DesignOptions mma;
+  mma.numerics = Numerics::kFp8Mma;
+  EXPECT_THROW(makeDesign("reference")->plan(bf16, mma), InputError);
 }
 
 TEST(KokkosDesigns, passCheckDesignForEveryStrategyAndLayout)
