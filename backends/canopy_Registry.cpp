@@ -23,6 +23,15 @@ std::vector<Entry> &entries()
   static std::vector<Entry> e;
   return e;
 }
+/// The registered entry named \p name (the built-ins registered first), nullptr when none is.
+Entry const *findEntry(std::string const &name)
+{
+  registerBuiltinDesigns();
+  for (auto const &e : entries())
+    if (e.name == name)
+      return &e;
+  return nullptr;
+}
 } // namespace
 
 void registerDesign(std::string const &name, std::string const &summary, DesignFactory factory, bool experimental,
@@ -45,27 +54,17 @@ void unregisterDesign(std::string const &name)
 
 bool designIsExperimental(std::string const &name)
 {
-  registerBuiltinDesigns();
-  for (auto const &e : entries())
-    if (e.name == name)
-      return e.experimental;
-  return false;
+  Entry const *e = findEntry(name);
+  return e && e->experimental;
 }
 
 std::string designOrigin(std::string const &name)
 {
-  registerBuiltinDesigns();
-  for (auto const &e : entries())
-    if (e.name == name)
-      return e.origin;
-  return {};
+  Entry const *e = findEntry(name);
+  return e ? e->origin : std::string();
 }
 
-bool designExists(std::string const &name)
-{
-  registerBuiltinDesigns();
-  return std::any_of(entries().begin(), entries().end(), [&](Entry const &e) { return e.name == name; });
-}
+bool designExists(std::string const &name) { return findEntry(name) != nullptr; }
 
 std::vector<std::string> designNames(bool include_experimental)
 {
@@ -79,19 +78,14 @@ std::vector<std::string> designNames(bool include_experimental)
 
 std::string designSummary(std::string const &name)
 {
-  registerBuiltinDesigns();
-  for (auto const &e : entries())
-    if (e.name == name)
-      return e.summary;
-  return {};
+  Entry const *e = findEntry(name);
+  return e ? e->summary : std::string();
 }
 
 DesignPtr makeDesign(std::string const &name)
 {
-  registerBuiltinDesigns();
-  for (auto const &e : entries())
-    if (e.name == name)
-      return e.factory();
+  if (Entry const *e = findEntry(name))
+    return e->factory();
   std::string known;
   for (auto const &e : entries())
     known += (known.empty() ? "" : ", ") + e.name;
