@@ -18,27 +18,47 @@ namespace canopy::cuda::Impl
 /// SoftmaxState into `out`. Enqueue only.
 cudaError_t launchCombine(VerifyParams const &p, cudaStream_t stream);
 
+/// Row tiles of \p p's bucket (its largest tree's (node, head) rows in M_TILE-row tiles), rounded up
+/// to whole clusters of \p cluster.
+template <class Cfg>
+int64_t rowTiles(VerifyParams const &p, int cluster = 1)
+{
+  int64_t const m_tiles = (static_cast<int64_t>(p.max_tree) * p.batch.num_heads + Cfg::M_TILE - 1) / Cfg::M_TILE;
+  return (m_tiles + cluster - 1) / cluster * cluster;
+}
+
 /// Split kernel over (m-tile, split) x request, then the combine when nsplit > 1. x = split *
 /// m_tiles + m-tile: the m-tiles of one split are neighbours in launch order, so the CTAs that
-/// read the same KV rows run together and all but the first find them in L2. The grid depends on
-/// the bucket's bounds only (capture-safe).
+/// read the same KV rows run together and all but the first find them in L2. With \p cluster > 1
+/// the grid is launched in thread-block clusters of that many consecutive m-tiles of one split
+/// (m_tiles rounded up to whole clusters; a padded tile past every request's rows exits at once).
+/// The grid depends on the bucket's bounds only (capture-safe).
 template <class Cfg, class KernelF32, class KernelBf16>
-cudaError_t launchSplit(VerifyParams const &p, cudaStream_t stream, KernelF32 f32, KernelBf16 bf16)
+cudaError_t launchSplit(VerifyParams const &p, cudaStream_t stream, KernelF32 f32, KernelBf16 bf16, int cluster = 1)
 {
-  if (verifyParamsProblem(p))
+  if (verifyParamsProblem(p) || cluster < 1)
     return cudaErrorInvalidValue;
   if (p.max_batch == 0 || p.max_tree == 0 || p.max_nodes == 0)
     return cudaSuccess;
-  int64_t const m_tiles = (static_cast<int64_t>(p.max_tree) * p.batch.num_heads + Cfg::M_TILE - 1) / Cfg::M_TILE;
+  int64_t const m_tiles = rowTiles<Cfg>(p, cluster);
   int64_t const gx = m_tiles * (p.nsplit);
   if (gx > 0x7fffffff)
     return cudaErrorInvalidConfiguration;
-  dim3 const grid(static_cast<unsigned>(gx), static_cast<unsigned>(p.max_batch));
-  if (p.partial_bf16)
-    bf16<<<grid, ctaThreads<Cfg>(), Cfg::SMEM_BYTES, stream>>>(p, static_cast<int>(m_tiles));
-  else
-    f32<<<grid, ctaThreads<Cfg>(), Cfg::SMEM_BYTES, stream>>>(p, static_cast<int>(m_tiles));
-  cudaError_t const e = cudaGetLastError();
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(p.max_batch));
+  cfg.blockDim = dim3(ctaThreads<Cfg>());
+  cfg.dynamicSmemBytes = Cfg::SMEM_BYTES;
+  cfg.stream = stream;
+  cfg.attrs = cluster > 1 ? attr : nullptr;
+  cfg.numAttrs = cluster > 1 ? 1 : 0;
+  int const mt = static_cast<int>(m_tiles);
+  cudaError_t const e =
+      p.partial_bf16 ? cudaLaunchKernelEx(&cfg, bf16, p, mt) : cudaLaunchKernelEx(&cfg, f32, p, mt);
   if (e != cudaSuccess || p.nsplit == 1)
     return e;
   return launchCombine(p, stream);

@@ -647,35 +647,9 @@ int sm90ClusterFor(int max_tree, int num_heads)
 
 cudaError_t launchVerifySm90Pairs(VerifyParams const &p, cudaStream_t stream, int cluster)
 {
-  using Cfg = Impl::Sm90PairConfig;
-  if (verifyParamsProblem(p) || (cluster != 1 && cluster != Cfg::MAX_CLUSTER))
+  if (cluster != 1 && cluster != Impl::Sm90PairConfig::MAX_CLUSTER)
     return cudaErrorInvalidValue;
-  if (p.max_batch == 0 || p.max_tree == 0 || p.max_nodes == 0)
-    return cudaSuccess;
-  // Row tiles in whole clusters: a pair is two consecutive row tiles of one split (x = split *
-  // m_tiles + m-tile); a padded tile past every request's rows exits at once and its peer gathers alone.
-  int64_t m_tiles = (static_cast<int64_t>(p.max_tree) * p.batch.num_heads + Cfg::M_TILE - 1) / Cfg::M_TILE;
-  m_tiles = (m_tiles + cluster - 1) / cluster * cluster;
-  int64_t const gx = m_tiles * p.nsplit;
-  if (gx > 0x7fffffff)
-    return cudaErrorInvalidConfiguration;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(p.max_batch));
-  cfg.blockDim = dim3(Impl::ctaThreads<Cfg>());
-  cfg.dynamicSmemBytes = Cfg::SMEM_BYTES;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  int const mt = static_cast<int>(m_tiles);
-  cudaError_t const e = p.partial_bf16 ? cudaLaunchKernelEx(&cfg, Impl::sm90PairKernel<__nv_bfloat16>, p, mt)
-                                       : cudaLaunchKernelEx(&cfg, Impl::sm90PairKernel<float>, p, mt);
-  if (e != cudaSuccess || p.nsplit == 1)
-    return e;
-  return Impl::launchCombine(p, stream);
+  return Impl::launchSplit<Impl::Sm90PairConfig>(p, stream, Impl::sm90PairKernel<float>,
+                                                 Impl::sm90PairKernel<__nv_bfloat16>, cluster);
 }
 } // namespace canopy::cuda
