@@ -11,6 +11,8 @@
 
 #include <cuda.h>
 
+#include <mutex>
+
 namespace canopy::cuda
 {
 namespace
@@ -171,9 +173,17 @@ cudaError_t launchOne(CopyProbe const &probe, CUtensorMap const &rows_map, CUten
 {
   auto kernel = copyCeilingKernel<MECH, STAGES, KEYS>;
   size_t const smem = copyProbeSharedBytes(probe);
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (e != cudaSuccess)
-    return e;
+  // The attribute and the resident-cluster count are asked once per kernel (and cluster size), not
+  // per launch: the timed launches enqueue only the kernel (one device per process, as canopy peaks).
+  static std::once_flag prepared;
+  static cudaError_t prepare_error = cudaSuccess;
+  static int resident_clusters[5] = {};  // by cluster size 1..4; 0 = not asked yet
+  std::call_once(prepared, [&] {
+    prepare_error =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  });
+  if (prepare_error != cudaSuccess)
+    return prepare_error;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = static_cast<unsigned>(probe.cluster);
@@ -186,13 +196,16 @@ cudaError_t launchOne(CopyProbe const &probe, CUtensorMap const &rows_map, CUten
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   // As many whole clusters as are resident at once (one CTA per SM: the stages fill shared memory).
-  int clusters = 0;
-  cfg.gridDim = dim3(static_cast<unsigned>(probe.cluster));
-  e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
-  if (e != cudaSuccess)
-    return e;
-  if (clusters < 1)
-    return cudaErrorInvalidConfiguration;
+  int &clusters = resident_clusters[probe.cluster];
+  if (clusters == 0)
+  {
+    cfg.gridDim = dim3(static_cast<unsigned>(probe.cluster));
+    cudaError_t const e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+    if (e != cudaSuccess)
+      return e;
+    if (clusters < 1)
+      return cudaErrorInvalidConfiguration;
+  }
   cfg.gridDim = dim3(static_cast<unsigned>(clusters * probe.cluster));
   *ctas = clusters * probe.cluster;
   return cudaLaunchKernelEx(&cfg, kernel, rows_map, tile_map, pool, pool_rows, tiles, sink);
