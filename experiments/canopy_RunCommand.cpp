@@ -66,13 +66,13 @@ private:
   std::chrono::steady_clock::time_point _t0;
 };
 
-/// Each trace's largest step and the largest shape of each sweep against this machine's memory,
-/// before any work.
-void requireInputsFitInMemory(ExperimentConfig const &cfg)
+/// Each trace's largest step (\p sources: makeSources' order, the traces first) and the largest shape
+/// of each sweep against this machine's memory, before any work.
+void requireInputsFitInMemory(ExperimentConfig const &cfg, std::vector<std::unique_ptr<StepSource>> const &sources)
 {
   for (size_t i = 0; i < cfg.traces.size(); ++i)
-    requireFitsInMemory(makeTraceSource(cfg.traces[i], cfg.max_steps, cfg.seed)->hostBytes(),
-                        "inputs.traces[" + std::to_string(i) + "]", cfg.traces[i], "--no-memory-check");
+    requireFitsInMemory(sources[i]->hostBytes(), "inputs.traces[" + std::to_string(i) + "]", cfg.traces[i],
+                        "--no-memory-check");
   for (size_t i = 0; i < cfg.sweeps.size(); ++i)
   {
     ShapeSweep const &sw = cfg.sweeps[i];
@@ -115,11 +115,12 @@ int runRun(RunFlags const &f)
     cfg.out_dir = f.out;
   if (!f.shard.empty())
     std::tie(cfg.shard_index, cfg.shard_count) = parseShard(f.shard);
+  auto const sources = makeSources(cfg);  // traces opened (and validated) once, before any work
   if (!f.no_memory_check)
-    requireInputsFitInMemory(cfg);
+    requireInputsFitInMemory(cfg, sources);
   OutputDir out(cfg.out_dir, f.overwrite, f.out_given ? "--out" : "output.dir");  // before any work
   auto progress = std::make_shared<ProgressLine>(cfg.progress && !f.quiet);
-  ResultSet const rs = runExperiment(cfg, [progress](int64_t d, int64_t t) { (*progress)(d, t); });
+  ResultSet const rs = runExperiment(cfg, sources, [progress](int64_t d, int64_t t) { (*progress)(d, t); });
   int const code = writeAndReport(rs, out, "wrote");
   // A config may name GPU designs beside host ones and run on either kind of host: rows that cannot
   // run here are skipped, saying why, and the rest count. But a run that measured nothing because

@@ -282,12 +282,17 @@ void finishRow(ResultRow &row, RowAccumulator const &acc)
 
 ResultSet runExperiment(ExperimentConfig const &c, ProgressFn const &progress)
 {
+  return runExperiment(c, makeSources(c), progress);
+}
+
+ResultSet runExperiment(ExperimentConfig const &c, std::vector<std::unique_ptr<StepSource>> const &sources,
+                        ProgressFn const &progress)
+{
   ResultSet rs;
   rs.experiment = c.name;
   rs.description = c.description;
   rs.baseline = c.baseline;
   rs.repetitions = c.repetitions;
-  auto const sources = makeSources(c);
   auto const all = combos(c);
   // Work is sharded by (input, option combination), never by design: the designs of a unit run in
   // the same process on the same device, so every speedup stays a ratio measured side by side.

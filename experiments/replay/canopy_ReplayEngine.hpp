@@ -6,8 +6,11 @@
 
 #include "canopy_ExperimentConfig.hpp"
 #include "canopy_Results.hpp"
+#include "canopy_StepSource.hpp"
 
 #include <functional>
+#include <memory>
+#include <vector>
 
 namespace canopy
 {
@@ -17,6 +20,10 @@ using ProgressFn = std::function<void(int64_t, int64_t)>;
 /// \brief Runs every (input, design, option combination) of the config and returns the rows with
 /// speedups and the environment block filled in. Throws InputError for a bad trace or shape.
 ResultSet runExperiment(ExperimentConfig const &config, ProgressFn const &progress = {});
+/// \brief The same over \p sources, the config's inputs as makeSources(config) made them (a caller that
+/// already opened the traces, e.g. to check their memory, passes them on instead of opening them again).
+ResultSet runExperiment(ExperimentConfig const &config, std::vector<std::unique_ptr<StepSource>> const &sources,
+                        ProgressFn const &progress = {});
 
 /// \brief Whether step \p step is checked at \p rate: a seeded hash, so the same steps are checked
 /// on every run and for every design.
