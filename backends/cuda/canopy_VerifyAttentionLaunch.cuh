@@ -44,21 +44,33 @@ cudaError_t launchSplit(VerifyParams const &p, cudaStream_t stream, KernelF32 f3
   int64_t const gx = m_tiles * (p.nsplit);
   if (gx > 0x7fffffff)
     return cudaErrorInvalidConfiguration;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(p.max_batch));
-  cfg.blockDim = dim3(ctaThreads<Cfg>());
-  cfg.dynamicSmemBytes = Cfg::SMEM_BYTES;
-  cfg.stream = stream;
-  cfg.attrs = cluster > 1 ? attr : nullptr;
-  cfg.numAttrs = cluster > 1 ? 1 : 0;
+  dim3 const grid(static_cast<unsigned>(gx), static_cast<unsigned>(p.max_batch));
   int const mt = static_cast<int>(m_tiles);
-  cudaError_t const e =
-      p.partial_bf16 ? cudaLaunchKernelEx(&cfg, bf16, p, mt) : cudaLaunchKernelEx(&cfg, f32, p, mt);
+  cudaError_t e = cudaSuccess;
+  if (cluster == 1)
+  {
+    if (p.partial_bf16)
+      bf16<<<grid, ctaThreads<Cfg>(), Cfg::SMEM_BYTES, stream>>>(p, mt);
+    else
+      f32<<<grid, ctaThreads<Cfg>(), Cfg::SMEM_BYTES, stream>>>(p, mt);
+    e = cudaGetLastError();
+  }
+  else
+  {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(ctaThreads<Cfg>());
+    cfg.dynamicSmemBytes = Cfg::SMEM_BYTES;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    e = p.partial_bf16 ? cudaLaunchKernelEx(&cfg, bf16, p, mt) : cudaLaunchKernelEx(&cfg, f32, p, mt);
+  }
   if (e != cudaSuccess || p.nsplit == 1)
     return e;
   return launchCombine(p, stream);
