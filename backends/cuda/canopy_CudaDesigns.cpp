@@ -112,7 +112,7 @@ public:
     // nsplit 0 = auto: chosen from the plan bounds and the SM count only, so it is capture-safe.
     _nsplit = !_kernel.splits ? 1 : options.nsplit > 0 ? options.nsplit : suggestNsplit(bounds, dev.sm_count, _bf16, _kernel.tile);
     _planned = true;
-    std::string const mma = _kernel.mma + copyTag(bounds);
+    std::string const mma = _kernel.mma + clusterTag(bounds);
     _path = name() + "/" +
             (!_kernel.splits ? mma + "-flat"
              : _nsplit == 1  ? mma + "-direct"
@@ -180,7 +180,7 @@ public:
 
 private:
   /// The cluster in the path: "-c2" / "-c1" for the cluster size the bucket gets.
-  std::string copyTag(PlanBounds const &bounds) const
+  std::string clusterTag(PlanBounds const &bounds) const
   {
     return _kernel.cluster == 2 ? "-c" + std::to_string(sm90ClusterFor(bounds.max_tree, bounds.num_heads)) : "";
   }
@@ -298,7 +298,8 @@ void registerCudaDesigns()
   registerDesign("cuda-sm90-c2",
                  "cuda-sm90 in clusters of two CTAs over consecutive row tiles of a split: each gathers half of "
                  "every KV tile with cp.async and forwards it to the other through distributed shared memory, so a "
-                 "KV tile leaves L2 once per pair (experimental: docs/results/cuda-sm90.md, \"Cluster sharing\")",
+                 "KV tile leaves L2 once per pair (experimental: 0.49-0.87x cuda-sm90 on an H100, docs/results/cuda-sm90.md, "
+                 "\"Cluster sharing\"; kept as the starting point of pair schemes that share more than the copy)",
                  [] { return cuda::makeSm90PairDesign(); }, /*experimental=*/true);
   registerDesign("cuda-flat",
                  "CUDA baseline with SGLang's Triton extend-kernel structure: block per (request, head, "

@@ -77,7 +77,8 @@ inline void requireFinite(double value, double lo, double hi, std::string const 
 
 /// \brief InputError when a shape needs more host memory than this machine has: "<key>: <shape> needs
 /// about N bytes (G GiB) of host memory, more than the M bytes (..) this machine has", with the flag
-/// that skips the check. Estimated from the shape alone (problemHostBytes), before any allocation.
+/// that skips the check. \p bytes is estimated before any allocation, from a shape (problemHostBytes)
+/// or a source's metadata (StepSource::hostBytes).
 inline void requireFitsInMemory(double bytes, std::string const &key, std::string const &shape,
                                 std::string const &override_flag)
 {
