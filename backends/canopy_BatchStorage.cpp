@@ -23,18 +23,19 @@ public:
   explicit KokkosBatchStorage(BatchCapacity const &cap) : _batch(cap) {}
   BatchCapacity const &capacity() const override { return _batch.capacity(); }
   void uploadQueries(std::vector<uint16_t> const &q) override { _batch.uploadQueries(q); }
-  void uploadPool(std::vector<uint16_t> const &pool) override { _batch.uploadPool(pool); }
+  void uploadPool(std::vector<uint16_t> const &pool) override
+  {
+    _batch.uploadPool(pool);
+    _fp8_dtype = KvDtype::kBf16;
+  }
   void uploadFp8Pool(std::vector<uint8_t> const &pool, KvDtype dtype, float scale) override
   {
+    checkFp8Pool(pool, dtype, scale, capacity().num_slots);
     size_t const bytes = static_cast<size_t>(capacity().num_slots) * kvRowBytes(dtype);
-    if (pool.size() != bytes)
-      throw InputError("kv_pool: " + std::to_string(pool.size()) + " bytes for " + std::to_string(capacity().num_slots) +
-                       " slots of " + toString(dtype) + " (" + std::to_string(kvRowBytes(dtype)) + " bytes a row)");
-    if (!(std::isfinite(scale) && scale > 0))
-      throw InputError("kv_scale: must be finite and > 0, got " + std::to_string(scale));
-    _fp8 = Kokkos::View<uint8_t *, MemorySpace>("kv_pool_fp8", bytes);
-    Kokkos::View<uint8_t const *, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> h(pool.data(), bytes);
-    Kokkos::deep_copy(_fp8, h);
+    if (_fp8.extent(0) != bytes)
+      _fp8 = Kokkos::View<uint8_t *, MemorySpace>("kv_pool_fp8", bytes);
+    Kokkos::View<uint8_t const *, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> h(pool.data(), pool.size());
+    Kokkos::deep_copy(Kokkos::subview(_fp8, std::make_pair(size_t{0}, pool.size())), h);
     _fp8_dtype = dtype;
     _fp8_scale = scale;
   }
@@ -97,6 +98,16 @@ std::unique_ptr<BatchStorage> makeBatchStorage(MemoryKind kind, BatchCapacity co
 #endif
   }
   throw InputError("unknown memory kind");
+}
+
+void BatchStorage::checkFp8Pool(std::vector<uint8_t> const &pool, KvDtype dtype, float scale, int64_t num_slots)
+{
+  size_t const row = static_cast<size_t>(kvRowBytes(dtype));
+  if (dtype == KvDtype::kBf16 || pool.size() % row != 0 || pool.size() / row > static_cast<size_t>(num_slots))
+    throw InputError("kv_pool: " + std::to_string(pool.size()) + " bytes are not whole " + toString(dtype) + " rows (" +
+                     std::to_string(row) + " bytes each) for at most " + std::to_string(num_slots) + " slots");
+  if (!(std::isfinite(scale) && scale > 0))
+    throw InputError("kv_scale: must be finite and > 0, got " + std::to_string(scale));
 }
 
 PlanBounds boundsOf(HostProblem const &problem)

@@ -36,6 +36,9 @@ public:
   {
     throw Unsupported("kv_pool: this memory holds bf16 pools only, not " + toString(dtype));
   }
+  /// \brief InputError unless \p pool is whole rows of \p dtype for at most \p num_slots slots and
+  /// \p scale is finite and > 0 (what every uploadFp8Pool checks first).
+  static void checkFp8Pool(std::vector<uint8_t> const &pool, KvDtype dtype, float scale, int64_t num_slots);
   /// \brief Metadata, q and the KV pool.
   void upload(HostProblem const &problem)
   {

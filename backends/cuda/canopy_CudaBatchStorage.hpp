@@ -25,6 +25,9 @@ public:
   /// \brief q rows and the KV pool (sizes checked against the capacity), ordered on stream().
   void uploadQueries(std::vector<uint16_t> const &q) override;
   void uploadPool(std::vector<uint16_t> const &kv_pool) override;
+  /// \brief An FP8 pool's bytes (a buffer of the capacity's slots, allocated on first use) and its
+  /// scale; ref() then points at them and kv_pool is null, until the next uploadPool.
+  void uploadFp8Pool(std::vector<uint8_t> const &pool, KvDtype dtype, float scale) override;
   /// \brief Every output byte 0xff (a bf16 NaN), so unwritten elements are detected.
   void poisonOutput() override;
   std::vector<uint16_t> downloadOutput() override;
@@ -51,5 +54,8 @@ private:
   Stream _stream;
   BatchRef _meta;  // host fields of the last setMetadata
   BatchBuffers<MutableDeviceBuffer> _buffers;
+  DeviceBuffer<uint8_t> _fp8;
+  KvDtype _fp8_dtype = KvDtype::kBf16;
+  float _fp8_scale = 1.f;
 };
 } // namespace canopy::cuda

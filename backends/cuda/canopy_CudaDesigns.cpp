@@ -33,13 +33,16 @@ struct CudaKernel
   /// CTAs that share each gathered KV tile: 0 none, 2 pairs where the bucket has two row tiles
   /// (path "-c2", else "-c1").
   int cluster = 0;
+  /// Reads FP8 pools (fp8-e4m3, fp8-e5m2, fp8-e4m3-blockscaled) in dequant numerics: the producer
+  /// converts them to the bf16 tile its wgmma reads.
+  bool fp8_dequant = false;
 };
 CudaKernel const SM120{"cuda-sm120", "launchVerifySm120", launchVerifySm120, sm120SharedBytes, prepareVerifyKernels,
                        true, SM120_SPLIT_TILE};
 CudaKernel const SM120_WIDE{"cuda-sm120-w32", "launchVerifySm120Wide", launchVerifySm120Wide, sm120WideSharedBytes,
                             prepareVerifyKernels, true, SM120_SPLIT_TILE};
 CudaKernel const SM90{"cuda-sm90", "launchVerifySm90", launchVerifySm90, sm90SharedBytes, prepareSm90Kernel, true,
-                      SM90_SPLIT_TILE, 90, "wgmma"};
+                      SM90_SPLIT_TILE, 90, "wgmma", 0, true};
 CudaKernel const SM90_SYNC{"cuda-sm90-sync", "launchVerifySm90Sync", launchVerifySm90Sync, sm90SharedBytes,
                            prepareSm90Kernel, true, SM90_SPLIT_TILE, 90, "wgmma"};
 CudaKernel const SM90_C2{"cuda-sm90-c2", "launchVerifySm90Pairs",
@@ -60,6 +63,17 @@ public:
 
   std::string name() const override { return _kernel.name; }
   MemoryKind memory() const override { return MemoryKind::kCudaDevice; }
+  std::string whyNotServed(KvDtype kv_dtype, Numerics numerics) const override
+  {
+    if (kv_dtype == KvDtype::kBf16 && numerics == Numerics::kDequant)
+      return "";
+    if (!_kernel.fp8_dequant)
+      return "reads bf16 KV pools only";
+    if (numerics != Numerics::kDequant)
+      return "computes FP8 pools in dequant numerics only (fp8-mma needs e4m3 wgmma, whose B operand must be "
+             "K-major: V transposed in shared memory, not built)";
+    return "";
+  }
   bool captureSafe() const override { return true; }
   std::string path() const override { return _path.empty() ? name() : _path; }
   int splits() const override { return _planned && _kernel.splits ? _nsplit : 0; }
@@ -67,7 +81,8 @@ public:
   {
     if (!_kernel.splits)
       return name() + "/mma-flat/<layout>";
-    std::string const mma = std::string(_kernel.mma) + (_kernel.cluster == 2 ? "-c<C>" : "");
+    std::string const mma =
+        std::string(_kernel.mma) + (_kernel.cluster == 2 ? "-c<C>" : "") + (_kernel.fp8_dequant ? "[-<fp8 kv dtype>]" : "");
     return name() + "/" + mma + "-split<N>-" + (_bf16 ? "bf16" : "f32") + "/<layout> (split-K + combine), " + name() +
            "/" + mma + "-direct/<layout> (NSPLIT 1)";
   }
@@ -112,7 +127,9 @@ public:
     // nsplit 0 = auto: chosen from the plan bounds and the SM count only, so it is capture-safe.
     _nsplit = !_kernel.splits ? 1 : options.nsplit > 0 ? options.nsplit : suggestNsplit(bounds, dev.sm_count, _bf16, _kernel.tile);
     _planned = true;
-    std::string const mma = _kernel.mma + clusterTag(bounds);
+    // An FP8 pool names its dtype: its kernel converts the rows on the way into shared memory.
+    std::string const mma = _kernel.mma + clusterTag(bounds) +
+                            (bounds.kv_dtype == KvDtype::kBf16 ? "" : "-" + toString(bounds.kv_dtype));
     _path = name() + "/" +
             (!_kernel.splits ? mma + "-flat"
              : _nsplit == 1  ? mma + "-direct"
@@ -137,6 +154,9 @@ public:
                        std::to_string(batch.num_nodes) + ", H=" + std::to_string(batch.num_heads) +
                        ") outside the plan bounds (B<=" + std::to_string(_bounds.max_batch) + ", sum T<=" +
                        std::to_string(_bounds.max_nodes) + ", H=" + std::to_string(_bounds.num_heads) + ")");
+    if (batch.kv_dtype != _bounds.kv_dtype)
+      throw InputError(who + "batch kv dtype '" + toString(batch.kv_dtype) + "' differs from the planned '" +
+                       toString(_bounds.kv_dtype) + "'");
     if (batch.mask_layout != _bounds.mask_layout)
       throw InputError(who + "batch mask layout '" + toString(batch.mask_layout) + "' differs from the planned '" +
                        toString(_bounds.mask_layout) + "'");

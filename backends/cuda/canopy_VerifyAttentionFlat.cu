@@ -33,7 +33,7 @@ cudaError_t launchVerifyFlat(VerifyParams const &p, cudaStream_t stream)
 {
   VerifyParams q = p;
   q.nsplit = 1;
-  if (verifyParamsProblem(q))
+  if (verifyParamsProblem(q) || q.batch.kv_dtype != KvDtype::kBf16)
     return cudaErrorInvalidValue;
   if (q.max_batch == 0 || q.max_tree == 0 || q.max_nodes == 0)
     return cudaSuccess;

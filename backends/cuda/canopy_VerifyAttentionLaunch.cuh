@@ -11,12 +11,23 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace canopy::cuda::Impl
 {
 /// The split combine over every (node, head) row of the bucket: the splits' partials merged through
 /// SoftmaxState into `out`. Enqueue only.
 cudaError_t launchCombine(VerifyParams const &p, cudaStream_t stream);
+
+/// Whether a tile config's kernel reads FP8 pools (Cfg::READS_FP8): the others refuse them at launch.
+template <class Cfg, class = void>
+struct ReadsFp8 : std::false_type
+{
+};
+template <class Cfg>
+struct ReadsFp8<Cfg, std::void_t<decltype(Cfg::READS_FP8)>> : std::bool_constant<Cfg::READS_FP8>
+{
+};
 
 /// Row tiles of \p p's bucket (its largest tree's (node, head) rows in M_TILE-row tiles), rounded up
 /// to whole clusters of \p cluster.
@@ -36,7 +47,7 @@ int64_t rowTiles(VerifyParams const &p, int cluster = 1)
 template <class Cfg, class KernelF32, class KernelBf16>
 cudaError_t launchSplit(VerifyParams const &p, cudaStream_t stream, KernelF32 f32, KernelBf16 bf16, int cluster = 1)
 {
-  if (verifyParamsProblem(p) || cluster < 1)
+  if (verifyParamsProblem(p) || cluster < 1 || (p.batch.kv_dtype != KvDtype::kBf16 && !ReadsFp8<Cfg>::value))
     return cudaErrorInvalidValue;
   if (p.max_batch == 0 || p.max_tree == 0 || p.max_nodes == 0)
     return cudaSuccess;

@@ -6,6 +6,7 @@
 #include "canopy_VerifyAttentionLaunch.cuh"
 #include "canopy_VerifyAttentionWide.cuh"
 
+#include <cmath>
 #include <mutex>
 
 namespace canopy::cuda
@@ -154,8 +155,11 @@ cudaError_t prepareVerifyKernels()
 
 char const *verifyParamsProblem(VerifyParams const &p)
 {
-  if (!p.batch.kv_indptr || !p.batch.qo_indptr || !p.batch.q || !p.batch.kv_pool || !p.batch.out)
-    return "a required buffer (kv_indptr, qo_indptr, q, kv_pool, out) is null";
+  if (!p.batch.kv_indptr || !p.batch.qo_indptr || !p.batch.q || !p.batch.out ||
+      !(p.batch.kv_dtype == KvDtype::kBf16 ? static_cast<void const *>(p.batch.kv_pool) : p.batch.kv_pool_fp8))
+    return "a required buffer (kv_indptr, qo_indptr, q, the pool of its kv dtype, out) is null";
+  if (p.batch.kv_dtype != KvDtype::kBf16 && !(p.batch.kv_scale > 0.f && std::isfinite(p.batch.kv_scale)))
+    return "kv_scale must be finite and > 0";
   if (!p.batch.kv_indices || !p.batch.out_cache_loc)
     return "kv_indices or out_cache_loc is null";
   if (p.batch.mask_layout == MaskLayout::kParents ? !p.batch.tree_parent : (!p.batch.custom_mask || !p.batch.mask_indptr))

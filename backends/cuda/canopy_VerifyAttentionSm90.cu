@@ -16,6 +16,7 @@
 /// Measured on the H200 (B=8 T=256 P=16K): ~5,100 cycles per tile (55% of the GEMM roofline);
 /// without the producer ~6,700, of which an ablation put ~1,800 in the copies' issue. What is left
 /// is the score wgmma (~2,300) and the softmax and exchanges serialised with it (~1,800).
+#include "canopy_Fp8Convert.cuh"
 #include "canopy_Sm90Ptx.cuh"
 #include "canopy_VerifyAttentionKernel.cuh"
 #include "canopy_VerifyAttentionLaunch.cuh"
@@ -94,6 +95,7 @@ struct Sm90Config
 struct Sm90ProducerConfig : Sm90Config
 {
   static constexpr int PRODUCER_THREADS = 128;
+  static constexpr bool READS_FP8 = true;  ///< its producer converts FP8 pools (Fp8TileWriter)
   static constexpr int PRODUCER_REGS = 72;
   static constexpr int COMPUTE_REGS = 216;
   static constexpr int FULL_ARRIVALS = PRODUCER_THREADS;
@@ -118,6 +120,7 @@ struct Sm90ProducerConfig : Sm90Config
 /// overwrite both stages. Model and measurement: docs/results/cuda-sm90.md, "Cluster sharing".
 struct Sm90PairConfig : Sm90ProducerConfig
 {
+  static constexpr bool READS_FP8 = false;
   static constexpr int MAX_CLUSTER = 2;
   static constexpr int HALF_ROWS = N_TILE / MAX_CLUSTER;             ///< rows of a tile each CTA gathers
   static constexpr int HALF_WARPS = HALF_ROWS / ROWS_PER_WARP;        ///< producer warps that gather them
@@ -204,11 +207,141 @@ struct ProducerCopies
   }
 };
 
+/// What a producer thread writes of an FP8 pool's tile (cuda-sm90 on fp8-e4m3, fp8-e5m2 and
+/// fp8-e4m3-blockscaled pools, dequant numerics): the same rows as ProducerCopies (warp w: rows
+/// 16 w .. 16 w + 15 of a tile), read into registers with 16-byte L2 loads, converted to bf16
+/// (canopy_Fp8Convert.cuh) and stored into the swizzled stage the wgmma read, so the compute
+/// warpgroups run exactly as on a bf16 pool. A row's latent part is 32 chunks of 16 FP8 values, one
+/// per lane (a coalesced 512-byte read); its tail (one-scale: 4 FP8 rope chunks; block-scaled: 8
+/// bf16 rope chunks, copied as they are) is spread over the warp after the latent rows. Lane c's two
+/// bf16 chunks 2c and 2c + 1 go out in the order (c & 4 ? odd first : even first), so each quarter
+/// warp's 16-byte stores hit 8 distinct chunk columns of the swizzle (conflict-free).
+/// Model per 64-key tile and producer thread: 288 B loaded (half of the bf16 gather), 576 B stored,
+/// ~600 conversion instructions; 16 latent rows go in BATCH-row batches, the next batch's loads in
+/// flight while this one converts (registers: the producer keeps 72).
+template <KvDtype KV>
+struct Fp8TileWriter
+{
+  using Cfg = Sm90ProducerConfig;
+  static constexpr int ROWS = Cfg::ROWS_PER_WARP;
+  static constexpr bool BLOCK_SCALED = KV == KvDtype::kFp8E4m3BlockScaled;
+  static constexpr int ROW_BYTES = kvRowBytes(KV);
+  static constexpr int LATENT_CHUNKS = D_LATENT / 16;                    ///< 16 FP8 values each: one per lane
+  static constexpr int TAIL_CHUNKS = BLOCK_SCALED ? D_ROPE * 2 / 16 : D_ROPE / 16;  ///< rope chunks per row
+  static constexpr int TAILS_PER_LANE = ROWS * TAIL_CHUNKS / 32;
+  static constexpr int TAIL_AT = BLOCK_SCALED ? KV_BLOCKSCALED_ROPE_AT : D_LATENT;  ///< rope bytes in a row
+  static constexpr int BATCH = 2;
+  static_assert(LATENT_CHUNKS == 32 && ROWS % BATCH == 0 && ROWS * TAIL_CHUNKS % 32 == 0, "warp geometry");
+  static_assert(ROW_BYTES % 16 == 0, "16-byte loads of every row");
+
+  ProducerCopies const &rows;
+
+  __device__ __forceinline__ char const *rowAt(uint32_t slot) const
+  {
+    return reinterpret_cast<char const *>(rows.p.batch.kv_pool_fp8) + static_cast<uint64_t>(slot) * ROW_BYTES;
+  }
+  /// The two bf16 chunks of FP8 chunk \p c of row \p r (chunks 2c, 2c + 1), in the conflict-free order.
+  __device__ __forceinline__ void storePair(uint32_t stage, int r, int c, uint4 const &even, uint4 const &odd) const
+  {
+    bool const odd_first = c & 4;
+    stShared16(stage + Cfg::qStageOffset(r, 2 * c + (odd_first ? 1 : 0)), odd_first ? odd : even);
+    stShared16(stage + Cfg::qStageOffset(r, 2 * c + (odd_first ? 0 : 1)), odd_first ? even : odd);
+  }
+  /// Latent chunk `lane` of row i0 + b, b < BATCH (zeros past the split, and a scale of 1 there).
+  __device__ __forceinline__ void loadLatent(int i0, int live, uint32_t slot_l, uint4 (&v)[BATCH]) const
+  {
+#pragma unroll
+    for (int b = 0; b < BATCH; ++b)
+    {
+      char const *const row = rowAt(__shfl_sync(0xffffffffu, slot_l, i0 + b));
+      v[b] = i0 + b < live ? __ldcg(reinterpret_cast<uint4 const *>(row) + rows.lane) : make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+  /// Block-scaled pools: the warp's 16 rows x 4 block scales, two a lane (lane l: row l % 16, blocks
+  /// 2 (l / 16) and 2 (l / 16) + 1), loaded once a tile instead of one load per latent chunk; 1 past
+  /// the split (its zero bytes stay zero).
+  __device__ __forceinline__ float2 loadScales(int live, uint32_t slot_l) const
+  {
+    if constexpr (!BLOCK_SCALED)
+      return make_float2(1.f, 1.f);
+    int const i = rows.lane & (ROWS - 1);
+    char const *const row = rowAt(__shfl_sync(0xffffffffu, slot_l, i));
+    return i < live ? __ldcg(reinterpret_cast<float2 const *>(row + KV_BLOCKSCALED_SCALES_AT) + (rows.lane >> 4))
+                    : make_float2(1.f, 1.f);
+  }
+  /// The scale of this lane's latent block (lane / 8) in row \p i, from loadScales' registers.
+  __device__ __forceinline__ float scaleOf(float2 const &scales, int i) const
+  {
+    if constexpr (!BLOCK_SCALED)
+      return 1.f;
+    int const src = i + ROWS * (rows.lane >> 4);
+    float const even = __shfl_sync(0xffffffffu, scales.x, src), odd = __shfl_sync(0xffffffffu, scales.y, src);
+    return rows.lane >> 3 & 1 ? odd : even;
+  }
+  /// This warp's rows of tile \p j into \p stage (a bf16 stage: 64 rows x 72 swizzled chunks).
+  __device__ __forceinline__ void write(int j, uint32_t stage, uint32_t slot_l) const
+  {
+    int const live = rows.s1 - rows.s0 - j * Cfg::N_TILE - rows.row0;  // rows of this warp before the split's end
+    int const lane = rows.lane;
+    // The tails first: their loads fly while the first latent batch's do. The block-scaled rope is
+    // bf16 already: cp.async puts it in place (the caller waits for it before the stage is handed over).
+    uint4 tail[BLOCK_SCALED ? 1 : TAILS_PER_LANE];
+#pragma unroll
+    for (int m = 0; m < TAILS_PER_LANE; ++m)
+    {
+      int const t = lane + 32 * m, i = t / TAIL_CHUNKS, q = t % TAIL_CHUNKS;
+      char const *const src = rowAt(__shfl_sync(0xffffffffu, slot_l, i)) + TAIL_AT + 16 * q;
+      if constexpr (BLOCK_SCALED)
+        cpAsync16(stage + Cfg::qStageOffset(rows.row0 + i, D_LATENT / 8 + q), src, i < live);
+      else
+        tail[m] = i < live ? __ldcg(reinterpret_cast<uint4 const *>(src)) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    if constexpr (BLOCK_SCALED)
+      cpAsyncCommit();
+    float2 const scales = loadScales(live, slot_l);
+    uint4 cur[BATCH], next[BATCH];
+    loadLatent(0, live, slot_l, cur);
+    if constexpr (!BLOCK_SCALED)
+      storeTails(stage, tail);  // waits for the tails while the first batch is in flight
+    // Not unrolled: unrolled, the 16 rows' addresses were hoisted and spilled at the producer's 72 registers.
+#pragma unroll 1
+    for (int i0 = 0; i0 < ROWS; i0 += BATCH)
+    {
+      if (i0 + BATCH < ROWS)
+        loadLatent(i0 + BATCH, live, slot_l, next);
+#pragma unroll
+      for (int b = 0; b < BATCH; ++b)
+      {
+        uint4 even, odd;
+        fp8x16ToBf16x16<KV>(cur[b], scaleOf(scales, i0 + b), even, odd);
+        storePair(stage, rows.row0 + i0 + b, lane, even, odd);
+      }
+#pragma unroll
+      for (int b = 0; b < BATCH; ++b)
+        cur[b] = next[b];
+    }
+  }
+  /// The FP8 tails of this warp's rows (loaded by write() before the first latent batch) into \p stage.
+  __device__ __forceinline__ void storeTails(uint32_t stage, uint4 const (&tail)[TAILS_PER_LANE]) const
+  {
+#pragma unroll
+    for (int m = 0; m < TAILS_PER_LANE; ++m)
+    {
+      int const t = rows.lane + 32 * m;
+      uint4 even, odd;
+      fp8x16ToBf16x16<KV>(tail[m], 1.f, even, odd);
+      storePair(stage, rows.row0 + t / TAIL_CHUNKS, LATENT_CHUNKS + t % TAIL_CHUNKS, even, odd);
+    }
+  }
+};
+
 /// The producer warpgroup of cuda-sm90: for each KV tile j, waits until stage j % 2 is empty
-/// (the compute warps finished tile j - 2), copies the tile's 64 rows into it (ProducerCopies),
-/// waits for its copies, fences them for wgmma and arrives on full[j % 2]. The next tile's slot
+/// (the compute warps finished tile j - 2), copies the tile's 64 rows into it (ProducerCopies; an
+/// FP8 pool's rows are converted on the way, Fp8TileWriter), waits for its copies, fences them for
+/// wgmma and arrives on full[j % 2]. The next tile's slot
 /// indices load while the copies land. Tile 0 was issued in the prologue, beside the Q copy
 /// (beginTile's first-copies hook), so its copies have landed by the first iteration.
+template <KvDtype KV>
 __device__ __forceinline__ void produceTiles(VerifyParams const &p, TileInfo const volatile *info, uint32_t kv_base,
                                              StageBarriers const bars, int ntiles)
 {
@@ -221,9 +354,15 @@ __device__ __forceinline__ void produceTiles(VerifyParams const &p, TileInfo con
     if (j >= 2)
       sm90::mbarrierWait(bars.empty(s), ((j >> 1) - 1) & 1);
     if (j > 0)
-      copies.issue(j, kv_base + s * Cfg::ROWS_BYTES, slot_l);
+    {
+      if constexpr (KV == KvDtype::kBf16)
+        copies.issue(j, kv_base + s * Cfg::ROWS_BYTES, slot_l);
+      else
+        Fp8TileWriter<KV>{copies}.write(j, kv_base + s * Cfg::ROWS_BYTES, slot_l);
+    }
     uint32_t const next = copies.slotOf(j + 1);
-    cpAsyncWait<0>();
+    if constexpr (KV == KvDtype::kBf16 || KV == KvDtype::kFp8E4m3BlockScaled)
+      cpAsyncWait<0>();  // the copies (a block-scaled pool: its bf16 rope)
     sm90::fenceProxyAsync();
     sm90::mbarrierArrive(bars.full(s));
     slot_l = next;
@@ -280,12 +419,15 @@ __device__ __forceinline__ void issueSwizzledRows(KvLoader<Sm90Config> const &ld
 
 /// The tile of cuda-sm90 (Cfg = Sm90ProducerConfig: a producer warpgroup issues the copies, mbarriers)
 /// and of cuda-sm90-sync (Cfg = Sm90Config: the 256 compute threads issue them, one CTA barrier
-/// per tile).
-template <class Cfg, class PartialT>
+/// per tile). \p KV: the pool's dtype; FP8 pools (producer schedule only) reach the stage as bf16,
+/// and a one-scale pool's kv_scale multiplies the score scale and the output instead of every value.
+template <class Cfg, class PartialT, KvDtype KV = KvDtype::kBf16>
 __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int mt, int split)
 {
   constexpr bool PRODUCER = ProducerThreads<Cfg>::value > 0;
   constexpr bool PAIRS = std::is_same_v<Cfg, Sm90PairConfig>;
+  static_assert(KV == KvDtype::kBf16 || (PRODUCER && !PAIRS), "FP8 pools: cuda-sm90's producer schedule only");
+  constexpr bool ONE_SCALE = KV == KvDtype::kFp8E4m3 || KV == KvDtype::kFp8E5m2;
   using Smem = typename Cfg::Smem;
   constexpr int N_TILE = Cfg::N_TILE;
   extern __shared__ __align__(1024) unsigned char sm90_smem[];
@@ -341,7 +483,9 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
     if constexpr (PRODUCER)
     {
       ProducerCopies const copies = pair ? pairCopies(P, s0, s1, kv0, qo0) : ProducerCopies{p, P, s0, s1, kv0, qo0};
-      if (gathers)
+      if constexpr (KV != KvDtype::kBf16)
+        Fp8TileWriter<KV>{copies}.write(0, kv_base, copies.slotOf(0));
+      else if (gathers)
         copies.issue(0, kv_base, copies.slotOf(0));
     }
   };
@@ -362,7 +506,7 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
                            rank);
       }
       else
-        produceTiles(p, info, kv_base, bars, st.ntiles);
+        produceTiles<KV>(p, info, kv_base, bars, st.ntiles);
       return;
     }
     sm90::setMaxRegisters<Cfg::COMPUTE_REGS, true>();
@@ -374,7 +518,8 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
   int const wg = sm90::warpUniform(tid >> 7);  // warpgroup: score keys [32 wg, +32), output columns [256 wg, +256)
   int const wrow = ((tid >> 5) & 3) * 16;    // the warp's 16 rows of the tile
   int const lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  float const scale = p.batch.sm_scale * LOG2E;
+  float const kv_scale = ONE_SCALE ? p.batch.kv_scale : 1.f;  // scores and O are linear in K and V
+  float const scale = p.batch.sm_scale * kv_scale * LOG2E;
 
   // Descriptors. Scores: A = Q (K-major), B = this warpgroup's 32 keys of the stage (K-major); a
   // k-step of 16 columns moves 32 bytes in a block, every 4 steps the next 64-column block.
@@ -565,7 +710,7 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
     int const r = wrow + g + 8 * h;
     row[h].l = xrow[r] + xrow[Cfg::M_TILE + r];
     int64_t const gr = info->qo0 * p.batch.num_heads + info->mt * Cfg::M_TILE + r;
-    float const inv = info->tree_too_big ? __int_as_float(0x7fc00000) : 1.f / row[h].l;
+    float const inv = info->tree_too_big ? __int_as_float(0x7fc00000) : kv_scale / row[h].l;
     storeRow<PartialT, Cfg::O_COLS / 8>(p, p.nsplit == 1, gr, info->split, wg * Cfg::O_COLS + t4 * 2, Cfg::O_COLS / 8,
                                         inv, wg == 0 && t4 == 0, row[h],
                                         [&](int n, int e) { return o[n * 4 + h * 2 + e]; });
@@ -576,11 +721,11 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
     sm90::clusterSync();
 }
 
-template <class PartialT>
+template <class PartialT, KvDtype KV = KvDtype::kBf16>
 __global__ void __launch_bounds__(ctaThreads<Sm90ProducerConfig>(), 1) sm90Kernel(VerifyParams const p, int m_tiles)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  verifyTileSm90<Sm90ProducerConfig, PartialT>(p, blockIdx.y, blockIdx.x % m_tiles, blockIdx.x / m_tiles);
+  verifyTileSm90<Sm90ProducerConfig, PartialT, KV>(p, blockIdx.y, blockIdx.x % m_tiles, blockIdx.x / m_tiles);
 #else
   __trap();  // this file is built for sm_90a only; plan() refuses other GPUs before any launch
 #endif
@@ -610,15 +755,33 @@ __global__ void __launch_bounds__(Sm90Config::THREADS, 1) sm90SyncKernel(VerifyP
 
 size_t sm90SharedBytes() { return Impl::Sm90Config::SMEM_BYTES; }
 
+namespace
+{
+/// Every pool dtype cuda-sm90's kernel is instantiated for, in one list (the launcher's switch and
+/// the shared-memory attribute both walk it).
+template <class F>
+void forEachSm90Dtype(F &&f)
+{
+  f(std::integral_constant<KvDtype, KvDtype::kBf16>{});
+  f(std::integral_constant<KvDtype, KvDtype::kFp8E4m3>{});
+  f(std::integral_constant<KvDtype, KvDtype::kFp8E5m2>{});
+  f(std::integral_constant<KvDtype, KvDtype::kFp8E4m3BlockScaled>{});
+}
+} // namespace
+
 cudaError_t prepareSm90Kernel()
 {
   static std::once_flag once;
   static cudaError_t status = cudaSuccess;
   std::call_once(once, [] {
     int const bytes = Impl::Sm90Config::SMEM_BYTES;
-    for (void const *k : {reinterpret_cast<void const *>(Impl::sm90Kernel<float>),
-                          reinterpret_cast<void const *>(Impl::sm90Kernel<__nv_bfloat16>),
-                          reinterpret_cast<void const *>(Impl::sm90SyncKernel<float>),
+    forEachSm90Dtype([&](auto kv) {
+      for (void const *k : {reinterpret_cast<void const *>(Impl::sm90Kernel<float, kv.value>),
+                            reinterpret_cast<void const *>(Impl::sm90Kernel<__nv_bfloat16, kv.value>)})
+        if (status == cudaSuccess)
+          status = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    });
+    for (void const *k : {reinterpret_cast<void const *>(Impl::sm90SyncKernel<float>),
                           reinterpret_cast<void const *>(Impl::sm90SyncKernel<__nv_bfloat16>),
                           reinterpret_cast<void const *>(Impl::sm90PairKernel<float>),
                           reinterpret_cast<void const *>(Impl::sm90PairKernel<__nv_bfloat16>)})
@@ -630,7 +793,13 @@ cudaError_t prepareSm90Kernel()
 
 cudaError_t launchVerifySm90(VerifyParams const &p, cudaStream_t stream)
 {
-  return Impl::launchSplit<Impl::Sm90ProducerConfig>(p, stream, Impl::sm90Kernel<float>, Impl::sm90Kernel<__nv_bfloat16>);
+  cudaError_t e = cudaErrorInvalidValue;  // a dtype outside the list
+  forEachSm90Dtype([&](auto kv) {
+    if (p.batch.kv_dtype == kv.value)
+      e = Impl::launchSplit<Impl::Sm90ProducerConfig>(p, stream, Impl::sm90Kernel<float, kv.value>,
+                                                      Impl::sm90Kernel<__nv_bfloat16, kv.value>);
+  });
+  return e;
 }
 
 cudaError_t launchVerifySm90Sync(VerifyParams const &p, cudaStream_t stream)
