@@ -143,9 +143,11 @@ TEST_P(Sm90Fp8, matchesTheDequantisedReferenceEverywhere)
     }
 }
 
-/// One bucket, three steps with different trees, slots, queries, pools and scales, replayed from
-/// one graph: the kernel reads the pool bytes and the scale at replay time.
-TEST_P(Sm90Fp8, graphReplayReadsTheLivePoolAndScale)
+/// One bucket, three steps with different trees, slots, queries and pools, replayed from one graph:
+/// the kernel reads the pool bytes at replay time. The one-scale dtypes' kv_scale is a launch scalar
+/// like sm_scale (SGLang passes k_scale the same way): the graph keeps the one it was captured with,
+/// so the steps share it, and an eager run after the replays takes a new one.
+TEST_P(Sm90Fp8, graphReplayReadsTheLivePool)
 {
   CANOPY_REQUIRE_SM90();
   Fp8Case const c = GetParam();
@@ -154,15 +156,15 @@ TEST_P(Sm90Fp8, graphReplayReadsTheLivePoolAndScale)
       {"s1", 2, 8, {}, 40, 900, true, 1, 8},
       {"s2", 1, 8, {}, 17, 5, false, 2, 8},
   };
-  float const scales[] = {c.scale, c.scale * 4, c.scale / 2};
+  float const scales[] = {c.scale, c.scale, c.scale, c.scale * 4};
   std::vector<HostProblem> problems;
   std::vector<std::vector<double>> references;
   BatchCapacity cap{};
-  for (int i = 0; i < 3; ++i)
+  for (int i = 0; i < 4; ++i)
   {
     Fp8Case ci = c;
     ci.scale = scales[i];
-    problems.push_back(makeFp8Problem(steps[i], ci, MaskLayout::kTree, 6100 + i));
+    problems.push_back(makeFp8Problem(steps[i % 3], ci, MaskLayout::kTree, 6100 + i));
     references.push_back(referenceAttention(problems.back(), Numerics::kDequant));
     BatchCapacity const k = BatchCapacity::of(problems.back());
     cap.max_batch = std::max(cap.max_batch, k.max_batch);
@@ -206,6 +208,10 @@ TEST_P(Sm90Fp8, graphReplayReadsTheLivePoolAndScale)
     graph.replay(storage.stream());
     expectStep(i, "replay of step " + std::to_string(i));
   }
+  storage.upload(problems[3]);  // step 0's shape, new values, the scale 4x
+  storage.poisonOutput();
+  design->run(storage.ref(), storage.context());
+  expectStep(3, "eager run with a new scale");
 }
 
 INSTANTIATE_TEST_SUITE_P(Pools, Sm90Fp8, ::testing::ValuesIn(CASES),
