@@ -185,6 +185,22 @@ TYPED_TEST(KokkosFp8, misreadPoolsFail)
   expectFails(runTiles<TypeParam, SgemmOnHost>(e5m2, 2, asE4m3), "e5m2 read as e4m3, sgemm");
 }
 
+/// Whether batch storage of \p kind holds FP8 pools. FIXME: on a CUDA Kokkos the Kokkos designs use
+/// the CUDA storage, which refuses them (docs/design.md §8); remove when it holds FP8 pools.
+bool memoryHoldsFp8(MemoryKind kind)
+{
+  HostProblem const p = fp8Problem(KvDtype::kFp8E4m3, 1, 1, 1, 1, MaskLayout::kTree, 1, ValueMode::kRandom, false, 0);
+  try
+  {
+    makeBatchStorage(kind, BatchCapacity::of(p))->upload(p);
+    return true;
+  }
+  catch (Unsupported const &)
+  {
+    return false;
+  }
+}
+
 /// The registered designs that run kokkos-team's kernel: kokkos-team and, where registered, its
 /// portable and other-tile variants.
 std::vector<std::string> teamDesigns()
@@ -201,6 +217,8 @@ std::vector<std::string> teamDesigns()
 TEST(KokkosFp8Designs, kokkosTeamServesEveryFp8DtypeInDequant)
 {
   ASSERT_FALSE(teamDesigns().empty());
+  if (!memoryHoldsFp8(makeDesign("kokkos-team")->memory()))
+    GTEST_SKIP() << "the batch storage of kokkos-team's memory holds bf16 pools only (the kernels: KokkosFp8)";
   WorkspaceStrategy const strategies[] = {WorkspaceStrategy::kPersistent, WorkspaceStrategy::kPerCall,
                                           WorkspaceStrategy::kGrow};
   uint64_t seed = 4800;
@@ -238,7 +256,9 @@ TEST(KokkosFp8Designs, whatIsNotServedIsRefused)
     mma.numerics = Numerics::kFp8Mma;
     EXPECT_THROW(d->plan(boundsOf(p), mma), Unsupported) << name;
 
-    // Planned for bf16, run on an FP8 pool (and the reverse): InputError naming both dtypes.
+    // Planned for bf16, run on an FP8 pool: InputError naming both dtypes.
+    if (!memoryHoldsFp8(d->memory()))
+      continue;
     auto storage = makeBatchStorage(d->memory(), BatchCapacity::of(p));
     storage->upload(p);
     PlanBounds bf16 = boundsOf(p);
