@@ -243,6 +243,65 @@ TEST(KokkosFp8Designs, kokkosTeamServesEveryFp8DtypeInDequant)
         }
 }
 
+// One plan for an FP8 bucket, several steps run through it (what replay does), each with its own
+// pool and scale: the scale is read from the batch at every run, never kept from an earlier one.
+TEST(KokkosFp8Designs, onePlanServesStepsWithDifferentScales)
+{
+  if (!memoryHoldsFp8(makeDesign("kokkos-team")->memory()))
+    GTEST_SKIP() << "the batch storage of kokkos-team's memory holds bf16 pools only";
+  std::vector<HostProblem> steps;
+  float const scales[] = {0.0371f, 0.125f, 0.02f};
+  for (int i = 0; i < 3; ++i)
+  {
+    GeneratorOptions g;
+    g.batch = 2 + i % 2;
+    g.num_heads = 2;
+    g.tree_size = 13;
+    g.prefix_len = 90;
+    g.ragged = true;
+    g.mask_layout = MaskLayout::kParents;
+    g.seed = test::testSeed(4900 + static_cast<uint64_t>(i));
+    g.kv_dtype = KvDtype::kFp8E5m2;
+    g.kv_scale = scales[i];
+    steps.push_back(generateProblem(g));
+  }
+  PlanBounds bounds{3, 13, 90, 39, 2, MaskLayout::kParents, KvDtype::kFp8E5m2};
+  BatchCapacity cap;
+  for (auto const &s : steps)
+  {
+    BatchCapacity const c = BatchCapacity::of(s);
+    cap.max_batch = std::max(cap.max_batch, c.max_batch);
+    cap.max_nodes = std::max(cap.max_nodes, c.max_nodes);
+    cap.max_prefix_tokens = std::max(cap.max_prefix_tokens, c.max_prefix_tokens);
+    cap.max_mask_bytes = std::max(cap.max_mask_bytes, c.max_mask_bytes);
+    cap.num_slots = std::max(cap.num_slots, c.num_slots);
+    cap.num_heads = 2;
+  }
+  for (auto const &name : teamDesigns())
+  {
+    DesignPtr d = makeDesign(name);
+    DesignOptions o;
+    o.nsplit = 4;
+    d->plan(bounds, o);
+    for (size_t i = 0; i < steps.size(); ++i)
+    {
+      SCOPED_TRACE(name + " step " + std::to_string(i));
+      // The pool's byte count is the storage's capacity: a storage per step, one plan for all.
+      BatchCapacity c = cap;
+      c.num_slots = steps[i].num_slots;
+      auto storage = makeBatchStorage(d->memory(), c);
+      storage->upload(steps[i]);
+      storage->poisonOutput();
+      storage->sync();
+      d->run(storage->ref(), storage->context());
+      std::vector<uint16_t> const out = storage->downloadOutput();
+      ErrorStats const e = compareToReference(referenceAttention(steps[i], Numerics::kDequant), out.data(), out.size(),
+                                              errorBounds(KvDtype::kFp8E5m2, Numerics::kDequant));
+      EXPECT_TRUE(e.pass) << describe(e);
+    }
+  }
+}
+
 // fp8-mma is not kokkos-team's (Unsupported, with the reason); kokkos-kk reads bf16 pools only; a
 // batch whose pool is not the planned dtype is refused before anything is enqueued.
 TEST(KokkosFp8Designs, whatIsNotServedIsRefused)
