@@ -5,6 +5,8 @@ with the check contract; fp8-mma numerics on the reference design against the nu
 its casts; a wrongly scaled pool failing that contract; and each kind of bad FP8 input raising
 ValueError (UnsupportedError for a design that does not serve the pool) with ``out`` untouched."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -203,3 +205,27 @@ def test_torch_fp8_tensors():
     p, pool, values = fp8_problem("fp8-e4m3-blockscaled", seed=91, batch=2, heads=2, mask="tree")
     out = run(p, torch.from_numpy(pool).view(torch.float8_e4m3fn), "fp8-e4m3-blockscaled", "reference")
     assert passes(out, reference(p, pool=values))
+
+
+def test_dlpack_fp8_codes_must_agree_with_kv_dtype():
+    """A producer that describes the pool with DLPack's FP8 codes (as recent torch does) is read as its
+    bytes when the code is the pool's own format and refused, naming kv_pool, when it is the other."""
+    import ctypes
+    from canopy import _abi
+    p, pool, values = fp8_problem("fp8-e4m3", seed=95, batch=2, heads=2, mask="tree")
+    for code, expected in ((_abi.DTYPE_FLOAT8_E4M3FN, None),
+                           (_abi.DTYPE_FLOAT8_E5M2, r"^kv_pool: dtype float8_e5m2, expected uint8 or float8_e4m3fn")):
+        out = empty_out(p)
+        keep = []
+        tensors, count = canopy._tensors(dict(metadata(p), q=p["q"], kv_pool=pool, out=out), keep)
+        [t for t in tensors if t.name == b"kv_pool"][0].dtype_code = code
+        message = ctypes.create_string_buffer(4096)
+        status = _abi.lib.canopy_verify_attention(b"reference", b"tree", b"fp8-e4m3", b"dequant", tensors, count,
+                                                  p["sm_scale"], SCALES["fp8-e4m3"], None, message, 4096)
+        if expected is None:
+            assert status == _abi.OK, message.value
+            assert passes(out, reference(p, pool=values))
+        else:
+            assert status == _abi.BAD_INPUT
+            assert re.match(expected, message.value.decode()), message.value
+            assert np.all(out == 0xFFFF)
