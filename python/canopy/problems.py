@@ -168,11 +168,12 @@ def quantise_pool(kv_pool_bits, kv_dtype, kv_scale=1.0):
     slots = x.shape[0]
     latent = x[:, :512].reshape(slots, 4, 128)
     amax = np.abs(latent).max(axis=2)
-    scales = np.where(amax > 0, np.exp2(np.ceil(np.log2(np.where(amax > 0, amax, 1.0) / 448.0))), 1.0).astype(np.float32)
+    ratio = np.where(amax > 0, amax, 1.0) / 448.0
+    scales = np.where(amax > 0, np.exp2(np.ceil(np.log2(ratio))), 1.0).astype(np.float32)
     codes = to_fp8(latent / scales[:, :, None], "e4m3").reshape(slots, 512)
     rope_bits = np.asarray(kv_pool_bits, dtype=np.uint16).reshape(-1, D_QK)[:, 512:]
     pool = np.concatenate([codes, scales.view(np.uint8).reshape(slots, 16),
                            np.ascontiguousarray(rope_bits).view(np.uint8).reshape(slots, 128)], axis=1)
-    values = np.concatenate([(fp8_values("e4m3")[codes].reshape(slots, 4, 128) * scales[:, :, None]).reshape(slots, 512),
-                             from_bf16_bits(rope_bits)], axis=1)
+    latent_values = fp8_values("e4m3")[codes].reshape(slots, 4, 128) * scales[:, :, None]
+    values = np.concatenate([latent_values.reshape(slots, 512), from_bf16_bits(rope_bits)], axis=1)
     return np.ascontiguousarray(pool), values

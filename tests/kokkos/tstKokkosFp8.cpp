@@ -161,8 +161,10 @@ TYPED_TEST(KokkosFp8, emptyAndShortParts)
   for (KvDtype dtype : FP8_DTYPES)
   {
     SCOPED_TRACE(toString(dtype));
-    expectEveryTileShapeCorrect<TypeParam>(fp8Problem(dtype, 2, 4, 9, 0, MaskLayout::kFull, 4770, ValueMode::kRandom, false, 0), 4);
-    expectEveryTileShapeCorrect<TypeParam>(fp8Problem(dtype, 3, 2, 1, 5, MaskLayout::kTree, 4771, ValueMode::kRandom, false, 0), 16);
+    expectEveryTileShapeCorrect<TypeParam>(
+        fp8Problem(dtype, 2, 4, 9, 0, MaskLayout::kFull, 4770, ValueMode::kRandom, false, 0), 4);
+    expectEveryTileShapeCorrect<TypeParam>(
+        fp8Problem(dtype, 3, 2, 1, 5, MaskLayout::kTree, 4771, ValueMode::kRandom, false, 0), 16);
   }
 }
 
@@ -175,7 +177,8 @@ TYPED_TEST(KokkosFp8, misreadPoolsFail)
     EXPECT_GT(e.rel_l2, 10 * errorBounds(KvDtype::kFp8E4m3, Numerics::kDequant).rel_l2) << what;
   };
   auto const doubled = [](BatchRef &r) { r.kv_scale *= 2; };
-  HostProblem const e4m3 = fp8Problem(KvDtype::kFp8E4m3, 2, 2, 17, 100, MaskLayout::kTree, 4780, ValueMode::kTreeDominant);
+  HostProblem const e4m3 =
+      fp8Problem(KvDtype::kFp8E4m3, 2, 2, 17, 100, MaskLayout::kTree, 4780, ValueMode::kTreeDominant);
   expectFails(runTiles<TypeParam, Impl::VerifyTiles<TypeParam>>(e4m3, 2, doubled), "scale doubled");
   expectFails(runTiles<TypeParam, StreamedOnHost>(e4m3, 2, doubled), "scale doubled, streamed");
   expectFails(runTiles<TypeParam, SgemmOnHost>(e4m3, 2, doubled), "scale doubled, sgemm");
