@@ -126,6 +126,8 @@ std::string dtypeName(canopy_tensor const &t)
   case CANOPY_DTYPE_FLOAT: base = "float"; break;
   case CANOPY_DTYPE_BFLOAT: base = "bfloat"; break;
   case CANOPY_DTYPE_BOOL: return "bool";
+  case CANOPY_DTYPE_FLOAT8_E4M3FN: return "float8_e4m3fn";
+  case CANOPY_DTYPE_FLOAT8_E5M2: return "float8_e5m2";
   }
   std::string s = base + std::to_string(t.dtype_bits);
   return t.dtype_lanes == 1 ? s : s + "x" + std::to_string(t.dtype_lanes);
@@ -157,6 +159,16 @@ bool dtypeFits(canopy_tensor const &t, std::string &expected)
     expected = "bfloat16 (or uint16 holding bf16 bits)";
     return is(CANOPY_DTYPE_BFLOAT, 16) || is(CANOPY_DTYPE_UINT, 16);
   }
+}
+
+/// An FP8 pool's bytes: uint8, or the DLPack FP8 code of the pool's own format (a float8_e4m3fn
+/// pool may be fp8-e4m3 or the V3.2 layout, whose latent bytes are e4m3).
+bool fp8PoolDtypeFits(canopy_tensor const &t, KvDtype dtype, std::string &expected)
+{
+  bool const e5m2 = dtype == KvDtype::kFp8E5m2;
+  expected = std::string("uint8 or ") + (e5m2 ? "float8_e5m2" : "float8_e4m3fn") + " (a " + toString(dtype) + " pool)";
+  int const own = e5m2 ? CANOPY_DTYPE_FLOAT8_E5M2 : CANOPY_DTYPE_FLOAT8_E4M3FN;
+  return t.dtype_bits == 8 && t.dtype_lanes == 1 && (t.dtype_code == CANOPY_DTYPE_UINT || t.dtype_code == own);
 }
 
 int64_t elementsOf(canopy_tensor const &t)
@@ -221,8 +233,11 @@ struct Shape
 
 /// Checks each present tensor's memory, dtype, rank, contiguity and alignment, and the batch's
 /// cross-buffer sizes; fills the pointers of \p ref. \p host: the design reads host memory.
-Shape checkDescriptors(Slots const &s, MaskLayout layout, bool host, int device, BatchRef &ref)
+/// \p kv_dtype: the pool's storage; an FP8 pool is bytes, [slots, kvRowBytes] or [slots, 1, kvRowBytes].
+Shape checkDescriptors(Slots const &s, MaskLayout layout, bool host, int device, KvDtype kv_dtype, BatchRef &ref)
 {
+  bool const fp8 = kv_dtype != KvDtype::kBf16;
+  int64_t const row = fp8 ? kvRowBytes(kv_dtype) : D_QK;  // pool row width in elements
   bool const needs_mask = layout != MaskLayout::kParents;
   Shape shape;
   forEachBuffer(
@@ -252,9 +267,13 @@ Shape checkDescriptors(Slots const &s, MaskLayout layout, bool host, int device,
         if (!host && on_device != device)
           throw InputError(who + ": on CUDA device " + std::to_string(on_device) + ", the plan is on device " +
                            std::to_string(device));
+        bool const fp8_pool = fp8 && extent == BufferExtent::kPool;
         std::string expected;
-        if (!dtypeFits<T>(t, expected))
-          throw InputError(who + ": dtype " + dtypeName(t) + ", expected " + expected);
+        if (fp8_pool ? !fp8PoolDtypeFits(t, kv_dtype, expected) : !dtypeFits<T>(t, expected))
+          throw InputError(who + ": dtype " + dtypeName(t) + ", expected " + expected +
+                           (extent == BufferExtent::kPool && !fp8 && t.dtype_bits == 8
+                                ? "; an FP8 pool needs its kv dtype (fp8-e4m3, fp8-e5m2 or fp8-e4m3-blockscaled)"
+                                : ""));
         // Rank: metadata 1-D; q [nodes][heads][576]; out [nodes][heads][512]; kv_pool [slots][576]
         // or SGLang's MLA pool [slots][1][576].
         std::vector<int64_t> const dims(t.shape, t.shape + std::max(0, std::min(t.ndim, CANOPY_MAX_DIMS)));
@@ -271,8 +290,9 @@ Shape checkDescriptors(Slots const &s, MaskLayout layout, bool host, int device,
           rank_ok = t.ndim == 3 && dims[2] == D_V;
           break;
         case BufferExtent::kPool:
-          form = "[slots, " + std::to_string(D_QK) + "] or [slots, 1, " + std::to_string(D_QK) + "]";
-          rank_ok = (t.ndim == 2 && dims[1] == D_QK) || (t.ndim == 3 && dims[1] == 1 && dims[2] == D_QK);
+          form = "[slots, " + std::to_string(row) + "] or [slots, 1, " + std::to_string(row) + "]" +
+                 (fp8 ? " (" + toString(kv_dtype) + " rows of " + std::to_string(row) + " bytes)" : "");
+          rank_ok = (t.ndim == 2 && dims[1] == row) || (t.ndim == 3 && dims[1] == 1 && dims[2] == row);
           break;
         default: form = "1-D"; rank_ok = t.ndim == 1;
         }
@@ -338,6 +358,13 @@ Shape checkDescriptors(Slots const &s, MaskLayout layout, bool host, int device,
     if (t && t->shape[0] < shape.nodes)
       throw InputError(std::string(t->name) + ": " + std::to_string(t->shape[0]) + " entries, fewer than the " +
                        std::to_string(shape.nodes) + " rows of q");
+  if (fp8)
+  {
+    // The pool's bytes go to kv_pool_fp8; kv_pool stays null, as BatchRef defines an FP8 batch.
+    ref.kv_pool_fp8 = reinterpret_cast<uint8_t const *>(ref.kv_pool);
+    ref.kv_pool = nullptr;
+  }
+  ref.kv_dtype = kv_dtype;
   ref.batch_size = static_cast<int>(shape.rows - 1);
   ref.num_heads = shape.heads;
   ref.num_nodes = shape.nodes;
@@ -429,6 +456,28 @@ void checkScale(double sm_scale)
     throw InputError("sm_scale: " + std::to_string(sm_scale) + ", must be finite and > 0");
 }
 
+/// The scale of a one-scale FP8 pool (finite and > 0 as a float); 1 for pools that carry none.
+float kvScaleFor(KvDtype dtype, double kv_scale)
+{
+  if (dtype != KvDtype::kFp8E4m3 && dtype != KvDtype::kFp8E5m2)
+    return 1.0f;
+  float const f = static_cast<float>(kv_scale);
+  if (!std::isfinite(f) || !(f > 0.0f))
+    throw InputError("kv_scale: " + std::to_string(kv_scale) + ", must be finite and > 0 for a " + toString(dtype) +
+                     " pool");
+  return f;
+}
+
+/// A kv dtype or numerics name of the ABI: NULL or "" is the default.
+KvDtype kvDtypeArg(char const *name)
+{
+  return name && *name ? parseKvDtype(name, "kv_dtype") : KvDtype::kBf16;
+}
+Numerics numericsArg(char const *name)
+{
+  return name && *name ? parseNumerics(name, "numerics") : Numerics::kDequant;
+}
+
 void selectDevice(canopy_plan const &plan)
 {
 #ifdef CANOPY_HAVE_CUDA_DESIGNS
@@ -440,14 +489,16 @@ void selectDevice(canopy_plan const &plan)
 }
 
 /// Checks, then runs: the part of canopy_plan_run behind the ABI. \p validated: readMetadata already ran.
-void runPlan(canopy_plan &plan, Slots const &s, double sm_scale, void *stream, bool validate_values)
+void runPlan(canopy_plan &plan, Slots const &s, double sm_scale, double kv_scale, void *stream, bool validate_values)
 {
   if (!plan.design)
     throw InputError("plan: destroyed or never created");
   checkScale(sm_scale);
+  float const pool_scale = kvScaleFor(plan.bounds.kv_dtype, kv_scale);
   BatchRef ref;
-  Shape const shape = checkDescriptors(s, plan.bounds.mask_layout, plan.host, plan.device, ref);
+  Shape const shape = checkDescriptors(s, plan.bounds.mask_layout, plan.host, plan.device, plan.bounds.kv_dtype, ref);
   ref.sm_scale = static_cast<float>(sm_scale);
+  ref.kv_scale = pool_scale;
   PlanBounds const &b = plan.bounds;
   if (shape.heads != b.num_heads)
     throw InputError("q: " + std::to_string(shape.heads) + " heads, the plan has " + std::to_string(b.num_heads));
@@ -561,7 +612,9 @@ CANOPY_C_EXPORT int canopy_plan_create(canopy_plan_params const *p, canopy_plan 
     b.max_tree = p->max_tree > 0 ? p->max_tree : static_cast<int>(std::min<int64_t>(p->max_nodes, INT32_MAX));
     b.max_prefix = p->max_prefix;
     b.mask_layout = parseMaskLayout(p->mask ? p->mask : "", "mask");
+    b.kv_dtype = kvDtypeArg(p->kv_dtype);
     DesignOptions o;
+    o.numerics = numericsArg(p->numerics);
     o.nsplit = p->nsplit;
     o.workspace = parseWorkspaceStrategy(p->workspace ? p->workspace : "", "workspace");
     *plan = createPlan(p->design, b, o, p->device);
@@ -569,12 +622,12 @@ CANOPY_C_EXPORT int canopy_plan_create(canopy_plan_params const *p, canopy_plan 
 }
 
 CANOPY_C_EXPORT int canopy_plan_run(canopy_plan *plan, canopy_tensor const *tensors, int num_tensors, double sm_scale,
-                                    void *stream, int flags, char *message, size_t message_len)
+                                    double kv_scale, void *stream, int flags, char *message, size_t message_len)
 {
   return guarded(message, message_len, [&] {
     if (!plan)
       throw InputError("plan: null");
-    runPlan(*plan, collect(tensors, num_tensors), sm_scale, stream, flags & CANOPY_RUN_VALIDATE_VALUES);
+    runPlan(*plan, collect(tensors, num_tensors), sm_scale, kv_scale, stream, flags & CANOPY_RUN_VALIDATE_VALUES);
   });
 }
 
@@ -603,14 +656,20 @@ CANOPY_C_EXPORT void canopy_plan_destroy(canopy_plan *plan)
   });
 }
 
-CANOPY_C_EXPORT int canopy_verify_attention(char const *design, char const *mask, canopy_tensor const *tensors,
-                                            int num_tensors, double sm_scale, void *stream, char *message,
+CANOPY_C_EXPORT int canopy_verify_attention(char const *design, char const *mask, char const *kv_dtype,
+                                            char const *numerics, canopy_tensor const *tensors, int num_tensors,
+                                            double sm_scale, double kv_scale, void *stream, char *message,
                                             size_t message_len)
 {
   return guarded(message, message_len, [&] {
     ensureRuntime();
     std::string const name = design ? design : "";
     MaskLayout const layout = parseMaskLayout(mask ? mask : "", "mask");
+    KvDtype const dtype = kvDtypeArg(kv_dtype);
+    DesignOptions options;
+    options.numerics = numericsArg(numerics);
+    checkScale(sm_scale);
+    kvScaleFor(dtype, kv_scale);
     Slots const s = collect(tensors, num_tensors);
     DesignPtr probe = makeDesign(name);
     bool const host = designMemoryIsHost(*probe);
@@ -619,7 +678,7 @@ CANOPY_C_EXPORT int canopy_verify_attention(char const *design, char const *mask
       device = s.q.t->device_id >= 0 ? s.q.t->device_id : std::max(0, pointerDevice(s.q.t->data));
     // Plan for exactly this batch: its shape first, then the values (which the plan bounds need).
     BatchRef ref;
-    Shape const shape = checkDescriptors(s, layout, host, device, ref);
+    Shape const shape = checkDescriptors(s, layout, host, device, dtype, ref);
     canopy_plan bare;
     bare.host = host;
     bare.device = device;
@@ -632,7 +691,8 @@ CANOPY_C_EXPORT int canopy_verify_attention(char const *design, char const *mask
     b.max_nodes = shape.nodes;
     b.num_heads = shape.heads;
     b.mask_layout = layout;
-    std::unique_ptr<canopy_plan> plan(createPlan(name, b, DesignOptions{}, device));
-    runPlan(*plan, s, sm_scale, stream, /*validate_values=*/false);
+    b.kv_dtype = dtype;
+    std::unique_ptr<canopy_plan> plan(createPlan(name, b, options, device));
+    runPlan(*plan, s, sm_scale, kv_scale, stream, /*validate_values=*/false);
   });
 }

@@ -14,7 +14,8 @@
 extern "C" {
 #endif
 
-#define CANOPY_C_ABI_VERSION 1
+/* 2: FP8 KV pools (kv_dtype and numerics in canopy_plan_params, kv_scale in the run calls). */
+#define CANOPY_C_ABI_VERSION 2
 #define CANOPY_MAX_DIMS 4
 
 /* Status of every call that can fail. BAD_INPUT and UNSUPPORTED leave every output untouched. */
@@ -42,7 +43,9 @@ enum canopy_dtype_code
   CANOPY_DTYPE_UINT = 1,
   CANOPY_DTYPE_FLOAT = 2,
   CANOPY_DTYPE_BFLOAT = 4,
-  CANOPY_DTYPE_BOOL = 6
+  CANOPY_DTYPE_BOOL = 6,
+  CANOPY_DTYPE_FLOAT8_E4M3FN = 10, /* DLPack 1.1's FP8 codes (8 bits): an FP8 pool may say its format */
+  CANOPY_DTYPE_FLOAT8_E5M2 = 12
 };
 
 /* One caller-owned buffer, named as the batch names it (canopy_buffer_names). A buffer left out of
@@ -85,6 +88,10 @@ typedef struct canopy_plan_params
   char const *workspace; /* "persistent", "per-call" or "grow" */
   int32_t nsplit;      /* prefix splits, 0 = the design chooses */
   int32_t device;      /* CUDA device of a CUDA design's buffers and workspace */
+  /* The KV pool's storage (docs/design.md §8): NULL or "" = "bf16"; "fp8-e4m3", "fp8-e5m2" (uint8
+   * [slots, 576], value = decode(byte) * kv_scale) or "fp8-e4m3-blockscaled" (uint8 [slots, 656]). */
+  char const *kv_dtype;
+  char const *numerics; /* NULL or "" = "dequant"; "fp8-mma" (fp8-e4m3 and fp8-e5m2 pools only) */
 } canopy_plan_params;
 
 typedef struct canopy_plan canopy_plan;
@@ -111,9 +118,10 @@ int canopy_plan_create(canopy_plan_params const *params, canopy_plan **plan, cha
 
 /* Runs the plan on \p tensors: checks every descriptor (presence, device, dtype, shape, strides,
  * sizes against the plan), then enqueues on \p stream (a cudaStream_t; NULL = the legacy default
- * stream) without a host sync unless CANOPY_RUN_VALIDATE_VALUES is set for a CUDA design. */
-int canopy_plan_run(canopy_plan *plan, canopy_tensor const *tensors, int num_tensors, double sm_scale, void *stream,
-                    int flags, char *message, size_t message_len);
+ * stream) without a host sync unless CANOPY_RUN_VALIDATE_VALUES is set for a CUDA design.
+ * \p kv_scale: the fp8-e4m3 / fp8-e5m2 pool's scale (finite and > 0); other pools ignore it. */
+int canopy_plan_run(canopy_plan *plan, canopy_tensor const *tensors, int num_tensors, double sm_scale,
+                    double kv_scale, void *stream, int flags, char *message, size_t message_len);
 
 /* The kernel path of the last run, the prefix splits and workspace bytes, whether run is capturable. */
 int canopy_plan_describe(canopy_plan const *plan, char *path, size_t path_len, int32_t *splits,
@@ -133,9 +141,11 @@ int canopy_design_origin(char const *name, char *origin, size_t origin_len);
 void canopy_plan_destroy(canopy_plan *plan);
 
 /* One-shot: reads and validates the metadata (waiting for \p stream on a CUDA design), plans the design
- * for exactly this batch (on q's device, with the options `canopy check` uses), runs it. */
-int canopy_verify_attention(char const *design, char const *mask, canopy_tensor const *tensors, int num_tensors,
-                            double sm_scale, void *stream, char *message, size_t message_len);
+ * for exactly this batch (on q's device, with the options `canopy check` uses, in \p numerics for a
+ * \p kv_dtype pool: NULL or "" as in canopy_plan_params), runs it. */
+int canopy_verify_attention(char const *design, char const *mask, char const *kv_dtype, char const *numerics,
+                            canopy_tensor const *tensors, int num_tensors, double sm_scale, double kv_scale,
+                            void *stream, char *message, size_t message_len);
 
 #ifdef __cplusplus
 }

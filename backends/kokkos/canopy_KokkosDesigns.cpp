@@ -113,9 +113,26 @@ public:
   /// Per-call workspace allocates a View inside run (not stream-ordered): not capturable.
   bool captureSafe() const override { return ON_CUDA && _strategy != WorkspaceStrategy::kPerCall; }
 
+  /// kokkos-team (every tile shape) dequantises FP8 pools in its KV tile load and multiplies in
+  /// fp32, i.e. dequant numerics; kokkos-kk's batched GEMM tiles read bf16 pools only.
+  std::string whyNotServed(KvDtype kv_dtype, Numerics numerics) const override
+  {
+    if (kv_dtype == KvDtype::kBf16 && numerics == Numerics::kDequant)
+      return "";
+    if (!std::is_same<Flavor, TeamTiles>::value)
+      return "reads bf16 KV pools only";
+    if (numerics != Numerics::kDequant)
+      return "dequantises FP8 in its tile load and multiplies in fp32 (numerics dequant only); fp8-mma products "
+             "are not implemented";
+    return "";
+  }
+
   void plan(PlanBounds const &bounds, DesignOptions const &options) override
   {
     requireServed(*this, bounds, options);
+    // The Kokkos::Cuda specialisation (the hand-written tile kernel) reads bf16 pools only: an FP8
+    // bucket runs the portable kernel, the path that serves it (not a fallback).
+    _run_algo = bounds.kv_dtype == KvDtype::kBf16 ? _algo : Algo::Portable;
     if (options.strict && !verifyFlavorCompiled<ExecSpace, Flavor>())
       throw InputError(name() + ": not compiled for " + std::string(ExecSpace::name()) +
                        " in this build (strict mode forbids the fallback to " + TeamTiles::name() + ")");
@@ -123,7 +140,7 @@ public:
       _plan = withOtherDeviceTiles(
           [&](auto tiles) { return planDeviceTiles<decltype(tiles)>(bounds, options.nsplit, options.strict); });
     else
-      _plan = planVerifyFor<ExecSpace, Flavor>(bounds, nsplitFor(bounds, options.nsplit), options.strict, _algo);
+      _plan = planVerifyFor<ExecSpace, Flavor>(bounds, nsplitFor(bounds, options.nsplit), options.strict, _run_algo);
     _bounds = bounds;
     _strategy = options.workspace;
     _ws = VerifyWorkspace<MemSpace>();
@@ -174,9 +191,13 @@ public:
   size_t workspaceBytes() const override { return _ws.bytes(); }
 
 private:
-  /// Host-side sizes only (no device reads): the grid was planned for these bounds.
+  /// Host-side sizes only (no device reads): the grid was planned for these bounds, and the path
+  /// for the pool's kv dtype.
   void checkWithinPlan(BatchRef const &batch) const
   {
+    if (batch.kv_dtype != _bounds.kv_dtype)
+      throw InputError(name() + ": batch has a " + toString(batch.kv_dtype) + " KV pool, planned for " +
+                       toString(_bounds.kv_dtype));
     if (batch.batch_size > _plan.max_batch)
       throw InputError(name() + ": batch of " + std::to_string(batch.batch_size) + " rows exceeds the planned " +
                        std::to_string(_plan.max_batch));
@@ -248,12 +269,12 @@ private:
         return {std::string(TeamTiles::name()) + " (" + tilesName() + ")", false};
       }
     }
-    return verifyAttention<ExecSpace, Flavor>(space, args, ws, _plan, _algo);
+    return verifyAttention<ExecSpace, Flavor>(space, args, ws, _plan, _run_algo);
   }
 
   /// Whether runs take the Kokkos::Cuda specialisation (the hand-written tile kernel of the device's
   /// architecture: cuda-sm90 on sm_90, cuda-sm120 elsewhere).
-  bool specialised() const { return _algo == Algo::Auto && verify_spec_avail<ExecSpace, Flavor>::value && ON_CUDA; }
+  bool specialised() const { return _run_algo == Algo::Auto && verify_spec_avail<ExecSpace, Flavor>::value && ON_CUDA; }
 
   /// nsplit 0 = auto: the specialised path splits as its tile kernel's design does (from the bounds and the SM
   /// count), and prepares its kernels here, outside any capture; the portable paths leave 0 to
@@ -273,6 +294,7 @@ private:
   }
 
   Algo _algo = Algo::Auto;
+  Algo _run_algo = Algo::Auto;  ///< _algo, or Portable for an FP8 bucket (set in plan)
   KokkosMode _mode = KokkosMode::kAuto;
   SpaceForContext _space;
 

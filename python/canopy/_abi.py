@@ -10,7 +10,7 @@ import ctypes
 import os
 
 MAX_DIMS = 4
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 # canopy_status
 OK, BAD_INPUT, UNSUPPORTED, RUNTIME_FAILURE = 0, 1, 2, 3
@@ -18,6 +18,7 @@ OK, BAD_INPUT, UNSUPPORTED, RUNTIME_FAILURE = 0, 1, 2, 3
 DEVICE_CPU, DEVICE_CUDA = 1, 2
 # canopy_dtype_code (DLPack's DLDataTypeCode)
 DTYPE_INT, DTYPE_UINT, DTYPE_FLOAT, DTYPE_BFLOAT, DTYPE_BOOL = 0, 1, 2, 4, 6
+DTYPE_FLOAT8_E4M3FN, DTYPE_FLOAT8_E5M2 = 10, 12  # DLPack 1.1
 RUN_VALIDATE_VALUES = 1
 
 
@@ -59,6 +60,8 @@ class PlanParams(ctypes.Structure):
         ("workspace", ctypes.c_char_p),
         ("nsplit", ctypes.c_int32),
         ("device", ctypes.c_int32),
+        ("kv_dtype", ctypes.c_char_p),
+        ("numerics", ctypes.c_char_p),
     ]
 
 
@@ -71,15 +74,16 @@ def _load():
     lib.canopy_buffer_names.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_int]
     lib.canopy_plan_create.argtypes = [ctypes.POINTER(PlanParams), ctypes.POINTER(ctypes.c_void_p), msg, ctypes.c_size_t]
     lib.canopy_plan_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(Tensor), ctypes.c_int, ctypes.c_double,
-                                    ctypes.c_void_p, ctypes.c_int, msg, ctypes.c_size_t]
+                                    ctypes.c_double, ctypes.c_void_p, ctypes.c_int, msg, ctypes.c_size_t]
     lib.canopy_plan_describe.argtypes = [ctypes.c_void_p, msg, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int32),
                                          ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int32)]
     lib.canopy_load_plugin.argtypes = [ctypes.c_char_p, msg, ctypes.c_size_t]
     lib.canopy_design_origin.argtypes = [ctypes.c_char_p, msg, ctypes.c_size_t]
     lib.canopy_plan_destroy.argtypes = [ctypes.c_void_p]
     lib.canopy_plan_destroy.restype = None
-    lib.canopy_verify_attention.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(Tensor), ctypes.c_int,
-                                            ctypes.c_double, ctypes.c_void_p, msg, ctypes.c_size_t]
+    lib.canopy_verify_attention.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                                            ctypes.POINTER(Tensor), ctypes.c_int, ctypes.c_double, ctypes.c_double,
+                                            ctypes.c_void_p, msg, ctypes.c_size_t]
     version = lib.canopy_abi_version()
     if version != ABI_VERSION:
         raise ImportError(f"{path}: C ABI version {version}, this package speaks {ABI_VERSION}")

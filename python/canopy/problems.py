@@ -109,3 +109,71 @@ def metadata(p):
 def empty_out(p, fill=0xFFFF):
     """An output buffer for ``p`` filled with ``fill`` (bf16 bits; 0xFFFF is a NaN)."""
     return np.full((p["q"].shape[0], p["heads"], D_V), fill, dtype=np.uint16)
+
+
+# --- FP8 KV pools (docs/design.md §8) ------------------------------------------------------------
+
+#: Bytes of one pool row per kv dtype.
+ROW_BYTES = {"fp8-e4m3": D_QK, "fp8-e5m2": D_QK, "fp8-e4m3-blockscaled": 656}
+_FORMATS = {"e4m3": (4, 3, 7, False), "e5m2": (5, 2, 15, True)}
+
+
+def fp8_values(fmt):
+    """The value of each of the 256 bytes of ``fmt`` ("e4m3": OCP e4m3fn, "e5m2"), float64 (NaN where
+    the byte encodes NaN, +-inf for e5m2's infinities)."""
+    exp_bits, man_bits, bias, has_inf = _FORMATS[fmt]
+    byte = np.arange(256)
+    sign = np.where(byte >> 7, -1.0, 1.0)
+    e = (byte >> man_bits) & ((1 << exp_bits) - 1)
+    m = byte & ((1 << man_bits) - 1)
+    normal = (1.0 + m / (1 << man_bits)) * np.exp2(e - bias)
+    subnormal = m / (1 << man_bits) * np.exp2(1 - bias)
+    v = sign * np.where(e == 0, subnormal, normal)
+    top = e == (1 << exp_bits) - 1
+    if has_inf:
+        v = np.where(top & (m == 0), sign * np.inf, np.where(top, np.nan, v))
+    else:
+        v = np.where(top & (m == (1 << man_bits) - 1), np.nan, v)
+    return v
+
+
+def to_fp8(x, fmt):
+    """float -> bytes of ``fmt``, rounded to the nearest value, ties to the even byte (as torch's
+    ``.to(float8_*)``), for values within the finite range."""
+    values = fp8_values(fmt)
+    finite = np.nonzero(np.isfinite(values[:128]))[0]  # magnitudes in increasing order with the byte
+    mags = values[finite]
+    a = np.abs(np.asarray(x, dtype=np.float64))
+    if np.any(a > mags[-1]):
+        raise ValueError(f"to_fp8: |x| up to {a.max()} exceeds the largest {fmt} value {mags[-1]}")
+    hi = np.clip(np.searchsorted(mags, a), 0, len(mags) - 1)
+    lo = np.clip(hi - 1, 0, len(mags) - 1)
+    d_lo, d_hi = a - mags[lo], mags[hi] - a
+    pick = np.where((d_hi < d_lo) | ((d_hi == d_lo) & (finite[hi] % 2 == 0)), hi, lo)
+    return (finite[pick] | np.where(np.signbit(np.asarray(x, dtype=np.float64)), 0x80, 0)).astype(np.uint8)
+
+
+def quantise_pool(kv_pool_bits, kv_dtype, kv_scale=1.0):
+    """A bf16 pool (uint16 bits [slots, 576]) as a serving stack stores it in FP8: (the uint8 pool
+    [slots, row bytes], its dequantised values float64 [slots, 576]). fp8-e4m3 / fp8-e5m2: bytes of
+    x / kv_scale (SGLang); fp8-e4m3-blockscaled: 512 e4m3 bytes scaled by 2^ceil(log2(amax / 448)) per
+    128 values (1 for an all-zero block), the 4 fp32 scales, the 64 rope values as bf16 (DeepSeek V3.2)."""
+    x = from_bf16_bits(kv_pool_bits).reshape(-1, D_QK)
+    if kv_dtype in ("fp8-e4m3", "fp8-e5m2"):
+        fmt = kv_dtype[4:]
+        pool = to_fp8(x / kv_scale, fmt)
+        return pool, fp8_values(fmt)[pool] * np.float64(np.float32(kv_scale))
+    if kv_dtype != "fp8-e4m3-blockscaled":
+        raise ValueError(f"kv_dtype: unknown FP8 dtype '{kv_dtype}'")
+    slots = x.shape[0]
+    latent = x[:, :512].reshape(slots, 4, 128)
+    amax = np.abs(latent).max(axis=2)
+    ratio = np.where(amax > 0, amax, 1.0) / 448.0
+    scales = np.where(amax > 0, np.exp2(np.ceil(np.log2(ratio))), 1.0).astype(np.float32)
+    codes = to_fp8(latent / scales[:, :, None], "e4m3").reshape(slots, 512)
+    rope_bits = np.asarray(kv_pool_bits, dtype=np.uint16).reshape(-1, D_QK)[:, 512:]
+    pool = np.concatenate([codes, scales.view(np.uint8).reshape(slots, 16),
+                           np.ascontiguousarray(rope_bits).view(np.uint8).reshape(slots, 128)], axis=1)
+    latent_values = fp8_values("e4m3")[codes].reshape(slots, 4, 128) * scales[:, :, None]
+    values = np.concatenate([latent_values.reshape(slots, 512), from_bf16_bits(rope_bits)], axis=1)
+    return np.ascontiguousarray(pool), values

@@ -3,14 +3,19 @@ numpy (independent of the library's own reference), and the error contract of `c
 import numpy as np
 import pytest
 
-from canopy.problems import D_V, from_bf16_bits
+from canopy.problems import D_V, fp8_values, from_bf16_bits, to_fp8
 
 
-def reference(p, sees=None):
+def reference(p, sees=None, pool=None, fp8_mma=None):
     """fp64 tree-verify attention of problem ``p``: node i of request b attends to b's prefix, itself and
-    its ancestors. ``sees(parents, i)`` overrides the tree part (tests that the checks can fail)."""
+    its ancestors. ``sees(parents, i)`` overrides the tree part (tests that the checks can fail).
+    ``pool``: the pool's values (float64 [slots, 576], an FP8 pool dequantised) instead of its bf16
+    bits. ``fp8_mma`` ("e4m3" or "e5m2"): fp8-mma numerics (docs/design.md §8), Q and the softmax
+    weights (relative to the row's final max; the denominator before the cast) rounded to that format."""
     q = from_bf16_bits(p["q"])
-    pool = from_bf16_bits(p["kv_pool"])
+    pool = from_bf16_bits(p["kv_pool"]) if pool is None else pool
+    cast = (lambda x: fp8_values(fp8_mma)[to_fp8(x, fp8_mma)]) if fp8_mma else (lambda x: x)
+    q = cast(q)
     out = np.zeros((q.shape[0], q.shape[1], D_V))
     parents = p["tree_parent"]
     for b in range(len(p["qo_indptr"]) - 1):
@@ -29,8 +34,7 @@ def reference(p, sees=None):
             rows = pool[prefix + [p["out_cache_loc"][n0 + j] for j in tree]]
             scores = p["sm_scale"] * q[n0 + i] @ rows.T  # [heads, keys]
             weights = np.exp(scores - scores.max(axis=1, keepdims=True))
-            weights /= weights.sum(axis=1, keepdims=True)
-            out[n0 + i] = weights @ rows[:, :D_V]
+            out[n0 + i] = (cast(weights) @ rows[:, :D_V]) / weights.sum(axis=1, keepdims=True)
     return out
 
 

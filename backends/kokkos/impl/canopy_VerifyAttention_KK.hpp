@@ -19,6 +19,7 @@ template <KkGemm G>
 struct BatchedGemmTileProducts
 {
   static constexpr bool WANTS_TRANSPOSED_K = false;  // the GEMMs read K through its strides
+  static constexpr bool READS_FP8 = false;           // kokkos-kk serves bf16 pools only
   static constexpr char const *name() { return BatchedGemmTilesOf<G>::name(); }
 
   /// C = alpha op(A) op(B) + beta C by the variant's batched GEMM, over the team.

@@ -8,6 +8,7 @@
 #include "canopy_KokkosCompat.hpp"
 #include "canopy_VerifyArgs.hpp"
 #include "impl/canopy_FloatPack.hpp"
+#include "impl/canopy_KvTileLoad.hpp"
 #include "impl/canopy_SplitModel.hpp"
 #include "impl/canopy_VerifyAttention_Sgemm.hpp"
 #include "impl/canopy_VerifyAttention_Streamed.hpp"
@@ -256,6 +257,7 @@ KOKKOS_INLINE_FUNCTION void valueBlock(float const *__restrict__ p, float const 
 struct TeamTileProducts
 {
   static constexpr bool WANTS_TRANSPOSED_K = true;
+  static constexpr bool READS_FP8 = true;  ///< its kernels are instantiated for every kv dtype
   static constexpr char const *name() { return "kokkos-team"; }
 
   /// s = q k^T over the whole tile (rows x KV_TILE).
@@ -289,7 +291,9 @@ struct TeamTileProducts
 /// cover the prefix in tile-aligned chunks (ceil(P / nsplit) rounded up to KV_TILE), partial nsplit
 /// is the tree part (tree rows via out_cache_loc, masked). Each writes its normalised output and
 /// log-sum-exp per (node, head); an empty chunk writes only lse = -inf, which the combine skips.
-template <class ExecutionSpace, class TileProducts, class Tiles = VerifyTiles<ExecutionSpace>>
+/// \tparam KV the pool's kv dtype (KvTileLoad dequantises FP8 rows into the fp32 KV tile)
+template <class ExecutionSpace, class TileProducts, class Tiles = VerifyTiles<ExecutionSpace>,
+          KvDtype KV = KvDtype::kBf16>
 struct VerifySplitKernel
 {
   using MemorySpace = typename ExecutionSpace::memory_space;
@@ -391,20 +395,16 @@ struct VerifySplitKernel
   }
 
   /// KV rows [k0, k0 + nk) of the prefix (through kv_indices) or of the tree (through
-  /// out_cache_loc), converted to fp32 once; rows past nk are zero so that p = 0 times them is 0.
+  /// out_cache_loc), converted to fp32 once (FP8 rows dequantised); rows past nk are zero so that
+  /// p = 0 times them is 0.
   KOKKOS_INLINE_FUNCTION void loadKV(Member const &member, TileRefs const &t, bool tree, int64_t kv0, int64_t node0,
                                      int64_t k0, int nk) const
   {
-    uint16_t const *pool = a.kv_pool.data();
+    KvTileLoad<KV> const pool(a.batch);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(member, N), [&](int n) {
       float *dst = t.k + n * D_QK;
       if (n < nk)
-      {
-        int64_t const slot = tree ? a.out_cache_loc(node0 + k0 + n) : a.kv_indices(kv0 + k0 + n);
-        uint16_t const *src = pool + slot * D_QK;
-        for (int d = 0; d < D_QK; ++d)
-          dst[d] = bf16ToFloat(src[d]);
-      }
+        pool.row(tree ? a.out_cache_loc(node0 + k0 + n) : a.kv_indices(kv0 + k0 + n), dst);
       else
         for (int d = 0; d < D_QK; ++d)
           dst[d] = 0.f;
@@ -623,10 +623,20 @@ void verifyAttentionTeams(ExecutionSpace const &space, VerifyArgs<typename Execu
     if (bytes > static_cast<size_t>(split_policy.scratch_size_max(1)))
       throw Unsupported("verify plan: " + std::to_string(plan.rows_per_tile) + " rows per tile need " +
                         std::to_string(bytes) + " bytes of team scratch, more than this space offers");
-    VerifySplitKernel<ExecutionSpace, TileProducts, Tiles> split{args, ws.partial_out, ws.partial_lse, ws.node_capacity,
-                                                                 plan, level};
-    Kokkos::parallel_for("canopy::verifyAttention::split_tiles",
-                         split_policy.set_scratch_size(level, Kokkos::PerTeam(bytes)), split);
+    split_policy.set_scratch_size(level, Kokkos::PerTeam(bytes));
+    auto const launch = [&](auto kv) {
+      VerifySplitKernel<ExecutionSpace, TileProducts, Tiles, decltype(kv)::value> split{
+          args, ws.partial_out, ws.partial_lse, ws.node_capacity, plan, level};
+      Kokkos::parallel_for("canopy::verifyAttention::split_tiles", split_policy, split);
+    };
+    // Only products that declare it read FP8 pools: the others are compiled for bf16 alone.
+    if constexpr (TileProducts::READS_FP8)
+      withKvDtype(args.batch.kv_dtype, launch);
+    else if (args.batch.kv_dtype == KvDtype::kBf16)
+      launch(KvDtypeConstant<KvDtype::kBf16>{});
+    else
+      throw Unsupported(std::string(TileProducts::name()) + ": reads bf16 KV pools only, not " +
+                        toString(args.batch.kv_dtype));
   }
 
   using Combine = VerifyCombineKernel<ExecutionSpace, Tiles>;

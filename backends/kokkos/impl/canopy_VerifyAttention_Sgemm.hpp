@@ -51,6 +51,7 @@
 
 #include "canopy_KokkosCompat.hpp"
 #include "canopy_VerifyArgs.hpp"
+#include "impl/canopy_KvTileLoad.hpp"
 #include "impl/canopy_VerifyKernelCommon.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -212,8 +213,9 @@ KOKKOS_INLINE_FUNCTION uint32_t treeVisibilityWord(VerifyArgs<MemorySpace> const
 /// tile fastest, as the streamed kernel. Per 128-key tile: a prologue (pool rows, visibility, the
 /// first Q/K chunk), 36 score stages, the softmax, 64 value stages (4 passes of 16). A stage is:
 /// issue the next stage's global loads into registers, compute from one buffer, store the
-/// registers into the other buffer, one barrier.
-template <class ExecutionSpace, class Tiles>
+/// registers into the other buffer, one barrier. \p KV: the pool's kv dtype (KvTileLoad: FP8 pieces
+/// travel as bytes and are dequantised where they are widened).
+template <class ExecutionSpace, class Tiles, KvDtype KV = KvDtype::kBf16>
 struct VerifySgemmKernel : RowTileKernelBase<typename ExecutionSpace::memory_space, Tiles::KV_TILE>
 {
   using MemorySpace = typename ExecutionSpace::memory_space;
@@ -296,7 +298,7 @@ struct VerifySgemmKernel : RowTileKernelBase<typename ExecutionSpace::memory_spa
         loadScores(first_item + v, st[v], 0, sc);
       for (int v = 0; v < ITEMS_PER_THREAD; ++v)
       {
-        storeScores(first_item + v, st[v], 0, sc);
+        storeScores(first_item + v, st[v], 0, 0, sc);
         CANOPY_UNROLL
         for (int i = 0; i < B8; ++i)
           CANOPY_UNROLL
@@ -318,7 +320,7 @@ struct VerifySgemmKernel : RowTileKernelBase<typename ExecutionSpace::memory_spa
         if (more)
         {
           for (int v = 0; v < ITEMS_PER_THREAD; ++v)
-            storeScores(first_item + v, st[v], (stage + 1) % 2, sc);
+            storeScores(first_item + v, st[v], stage + 1, (stage + 1) % 2, sc);
           member.team_barrier();
         }
       }
@@ -336,7 +338,7 @@ struct VerifySgemmKernel : RowTileKernelBase<typename ExecutionSpace::memory_spa
       for (int v = 0; v < ITEMS_PER_THREAD; ++v)
         loadValues(t, tile, first_item + v, st[v], 0, sc);
       for (int v = 0; v < ITEMS_PER_THREAD; ++v)
-        storeValues(first_item + v, st[v], 0, sc);
+        storeValues(first_item + v, st[v], 0, 0, sc);
       member.team_barrier();
       bool const first = ti == 0, last = ti + 1 == ntiles;
 #if defined(__CUDA_ARCH__)
@@ -362,7 +364,7 @@ struct VerifySgemmKernel : RowTileKernelBase<typename ExecutionSpace::memory_spa
             writePass(t, first_item + v, st[v], stage / V_STEPS, first, last, sc);
         if (more)
           for (int v = 0; v < ITEMS_PER_THREAD; ++v)
-            storeValues(first_item + v, st[v], (stage + 1) % 2, sc);
+            storeValues(first_item + v, st[v], stage + 1, (stage + 1) % 2, sc);
         member.team_barrier();  // the last one: before the next prologue overwrites P^T and the pool rows
       }
     }
@@ -398,20 +400,21 @@ struct VerifySgemmKernel : RowTileKernelBase<typename ExecutionSpace::memory_spa
     int const d0 = stage * DC;
     for (int p = 0; p < Q_PIECES; ++p)
       st.next[p] = st.q_src[p] ? load16<Bf16x8>(st.q_src[p] + d0) : Bf16x8{};
-    uint16_t const *pool = a.kv_pool.data();
+    KvTileLoad<KV> const pool(a.batch);
     for (int p = 0; p < K_PIECES; ++p)
     {
       int const u = w + p * W, key = u % N, part = u / N;
       int64_t const slot = sc.slot()[key];
-      st.next[Q_PIECES + p] = slot >= 0 ? load16<Bf16x8>(pool + slot * D_QK + d0 + part * 8) : Bf16x8{};
+      st.next[Q_PIECES + p] = slot >= 0 ? pool.piece(slot, d0 + part * 8) : Bf16x8{};
     }
   }
 
-  /// Widens the pieces to fp32 and stores them transposed (k-major) into buffer \p buf; Q is
-  /// pre-scaled by sm_scale. A warp's lanes hold 32 consecutive rows (keys) of one part, so every
-  /// scalar store of the warp hits 32 distinct banks.
-  KOKKOS_FORCEINLINE_FUNCTION void storeScores(int w, ItemState const &st, int buf, Scratch const &sc) const
+  /// Widens the pieces of score stage \p stage to fp32 and stores them transposed (k-major) into
+  /// buffer \p buf; Q is pre-scaled by sm_scale. A warp's lanes hold 32 consecutive rows (keys) of
+  /// one part, so every scalar store of the warp hits 32 distinct banks.
+  KOKKOS_FORCEINLINE_FUNCTION void storeScores(int w, ItemState const &st, int stage, int buf, Scratch const &sc) const
   {
+    KvTileLoad<KV> const pool(a.batch);
     Float4 *qt = sc.qT(buf), *kt = sc.kT(buf);
     for (int p = 0; p < Q_PIECES; ++p)
     {
@@ -428,7 +431,7 @@ struct VerifySgemmKernel : RowTileKernelBase<typename ExecutionSpace::memory_spa
     {
       int const u = w + p * W, key = u % N, part = u / N;
       Float4 lo, hi;
-      widenBf16x8(st.next[Q_PIECES + p], 1.f, lo, hi);
+      pool.widen(st.next[Q_PIECES + p], stage * DC + part * 8, lo, hi);
       for (int e = 0; e < 4; ++e)
       {
         setFloat(kt, (part * 8 + e) * Scratch::K_STRIDE + key, lo.v[e]);
@@ -563,25 +566,28 @@ struct VerifySgemmKernel : RowTileKernelBase<typename ExecutionSpace::memory_spa
   KOKKOS_FORCEINLINE_FUNCTION void loadValues(Task const &, TileView const &, int w, ItemState &st, int stage,
                                               Scratch const &sc) const
   {
-    uint16_t const *pool = a.kv_pool.data();
+    KvTileLoad<KV> const pool(a.batch);
     int const c0 = (stage / V_STEPS) * VC, key0 = (stage % V_STEPS) * VK;
     for (int p = 0; p < V_PIECES; ++p)
     {
       int const u = w + p * W, key = key0 + u / (VC / 8), part = u % (VC / 8);
       int64_t const slot = sc.slot()[key];
-      st.next[p] = slot >= 0 ? load16<Bf16x8>(pool + slot * D_QK + c0 + part * 8) : Bf16x8{};
+      st.next[p] = slot >= 0 ? pool.piece(slot, c0 + part * 8) : Bf16x8{};
     }
   }
 
-  /// V chunk [key][column], row-major: a warp writes two keys' 128 columns with 16-byte stores.
-  KOKKOS_FORCEINLINE_FUNCTION void storeValues(int w, ItemState const &st, int buf, Scratch const &sc) const
+  /// The pieces of value stage \p stage as V chunk [key][column] of buffer \p buf, row-major: a
+  /// warp writes two keys' 128 columns with 16-byte stores.
+  KOKKOS_FORCEINLINE_FUNCTION void storeValues(int w, ItemState const &st, int stage, int buf, Scratch const &sc) const
   {
+    KvTileLoad<KV> const pool(a.batch);
+    int const c0 = (stage / V_STEPS) * VC;
     Float4 *vch = sc.vChunk(buf);
     for (int p = 0; p < V_PIECES; ++p)
     {
       int const u = w + p * W, key = u / (VC / 8), part = u % (VC / 8);
       Float4 *dst = vch + key * (Scratch::V_STRIDE / 4) + 2 * part;
-      widenBf16x8(st.next[p], 1.f, dst[0], dst[1]);
+      pool.widen(st.next[p], c0 + part * 8, dst[0], dst[1]);
     }
   }
 
@@ -642,9 +648,11 @@ template <class ExecutionSpace, class Tiles>
 void launchSgemmSplit(ExecutionSpace const &space, VerifyArgs<typename ExecutionSpace::memory_space> const &args,
                       VerifyWorkspace<typename ExecutionSpace::memory_space> const &ws, VerifyPlan const &plan)
 {
-  launchRowTileSplit<VerifySgemmKernel<ExecutionSpace, Tiles>, Tiles>(space, "canopy::verifyAttention::split_sgemm",
-                                                               "kokkos-team (sgemm tiles)", args, ws, plan,
-                                                               SgemmScratch<Tiles>::request());
+  withKvDtype(args.batch.kv_dtype, [&](auto kv) {
+    launchRowTileSplit<VerifySgemmKernel<ExecutionSpace, Tiles, decltype(kv)::value>, Tiles>(
+        space, "canopy::verifyAttention::split_sgemm", "kokkos-team (sgemm tiles)", args, ws, plan,
+        SgemmScratch<Tiles>::request());
+  });
 }
 } // namespace canopy::Impl
 

@@ -17,6 +17,7 @@
 
 #include "canopy_KokkosCompat.hpp"
 #include "canopy_VerifyArgs.hpp"
+#include "impl/canopy_KvTileLoad.hpp"
 #include "impl/canopy_VerifyKernelCommon.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -148,8 +149,9 @@ struct StreamedScratch
 /// Per 64-key tile a team runs 17 stages (9 score stages of 64 columns, 8 value stages of 8 keys).
 /// A stage is: barrier (nobody reads the buffer any more), store the prefetched registers to
 /// scratch, barrier, issue the next stage's global loads into registers, compute this stage. The
-/// softmax sits between the last score stage and the first value stage.
-template <class ExecutionSpace, class Tiles>
+/// softmax sits between the last score stage and the first value stage. \p KV: the pool's kv dtype
+/// (KvTileLoad: FP8 pieces travel as bytes and are dequantised where they are widened).
+template <class ExecutionSpace, class Tiles, KvDtype KV = KvDtype::kBf16>
 struct VerifyStreamedKernel : RowTileKernelBase<typename ExecutionSpace::memory_space, Tiles::KV_TILE>
 {
   using MemorySpace = typename ExecutionSpace::memory_space;
@@ -282,7 +284,7 @@ struct VerifyStreamedKernel : RowTileKernelBase<typename ExecutionSpace::memory_
   KOKKOS_FORCEINLINE_FUNCTION void loadStage(Task const &t, TileView const &tile, int w, ItemState &st, int stage,
                                         Scratch const &sc, bool new_tile) const
   {
-    uint16_t const *pool = a.kv_pool.data();
+    KvTileLoad<KV> const pool(a.batch);
     if (stage < QK_STAGES)
     {
       int const d0 = stage * DC;
@@ -303,7 +305,7 @@ struct VerifyStreamedKernel : RowTileKernelBase<typename ExecutionSpace::memory_
           slot = st.key_slot[p] = key < tile.nk ? poolRow(t, tile.k0 + key) : -1;
         else
           slot = key < tile.nk ? sc.slot()[key] : -1;
-        st.next[Q_PIECES + p] = slot >= 0 ? load16<Bf16x8>(pool + slot * D_QK + d0 + part * 8) : Bf16x8{};
+        st.next[Q_PIECES + p] = slot >= 0 ? pool.piece(slot, d0 + part * 8) : Bf16x8{};
       }
     }
     else
@@ -312,7 +314,7 @@ struct VerifyStreamedKernel : RowTileKernelBase<typename ExecutionSpace::memory_
       for (int p = 0; p < V_PIECES; ++p)
       {
         int const u = w + p * W, key = key0 + u / V_PIECES_PER_KEY, part = u % V_PIECES_PER_KEY;
-        st.next[p] = key < tile.nk ? load16<Bf16x8>(pool + sc.slot()[key] * D_QK + part * 8) : Bf16x8{};
+        st.next[p] = key < tile.nk ? pool.piece(sc.slot()[key], part * 8) : Bf16x8{};
       }
     }
   }
@@ -323,6 +325,7 @@ struct VerifyStreamedKernel : RowTileKernelBase<typename ExecutionSpace::memory_
   KOKKOS_FORCEINLINE_FUNCTION void storeStage(Task const &t, TileView const &tile, int w, ItemState &st, int stage,
                                          Scratch const &sc) const
   {
+    KvTileLoad<KV> const pool(a.batch);
     if (stage < QK_STAGES)
     {
       Float4 *q = sc.qChunk(), *k = sc.kChunk();
@@ -336,7 +339,7 @@ struct VerifyStreamedKernel : RowTileKernelBase<typename ExecutionSpace::memory_
       {
         int const u = w + p * W, key = u / PIECES_PER_ROW, part = u % PIECES_PER_ROW;
         Float4 *dst = k + key * Scratch::QK_STRIDE + 2 * part;
-        widenBf16x8(st.next[Q_PIECES + p], 1.f, dst[0], dst[1]);
+        pool.widen(st.next[Q_PIECES + p], stage * DC + part * 8, dst[0], dst[1]);
         if (stage == 0 && part == 0)
           sc.slot()[key] = st.key_slot[p];
       }
@@ -350,7 +353,7 @@ struct VerifyStreamedKernel : RowTileKernelBase<typename ExecutionSpace::memory_
       {
         int const u = w + p * W, key = u / V_PIECES_PER_KEY, part = u % V_PIECES_PER_KEY;
         Float4 *dst = vch + key * Scratch::V_STRIDE + 2 * part;
-        widenBf16x8(st.next[p], 1.f, dst[0], dst[1]);
+        pool.widen(st.next[p], part * 8, dst[0], dst[1]);
       }
     }
   }
@@ -516,8 +519,10 @@ template <class ExecutionSpace, class Tiles>
 void launchStreamedSplit(ExecutionSpace const &space, VerifyArgs<typename ExecutionSpace::memory_space> const &args,
                          VerifyWorkspace<typename ExecutionSpace::memory_space> const &ws, VerifyPlan const &plan)
 {
-  launchRowTileSplit<VerifyStreamedKernel<ExecutionSpace, Tiles>, Tiles>(space, "canopy::verifyAttention::split_streamed",
-                                                                  "kokkos-team (streamed tiles)", args, ws, plan,
-                                                                  StreamedScratch<Tiles>::bytes());
+  withKvDtype(args.batch.kv_dtype, [&](auto kv) {
+    launchRowTileSplit<VerifyStreamedKernel<ExecutionSpace, Tiles, decltype(kv)::value>, Tiles>(
+        space, "canopy::verifyAttention::split_streamed", "kokkos-team (streamed tiles)", args, ws, plan,
+        StreamedScratch<Tiles>::bytes());
+  });
 }
 } // namespace canopy::Impl

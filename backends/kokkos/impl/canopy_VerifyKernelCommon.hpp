@@ -283,8 +283,9 @@ KOKKOS_FORCEINLINE_FUNCTION void widenBf16x8(Bf16x8 const &x, float scale, Float
 }
 
 /// \brief Enqueues a row-tile split kernel (the streamed or the sgemm tiles, \p what in errors)
-/// with \p bytes of team scratch per team, after the checks both share: q, the KV pool and the
-/// workspace 16-byte aligned (the kernels move 16 bytes at a time), and the scratch admitted.
+/// with \p bytes of team scratch per team, after the checks both share: q, the KV pool (bf16 or
+/// FP8 bytes) and the workspace 16-byte aligned (the kernels move 16 bytes at a time), and the
+/// scratch admitted.
 /// Devices take level 0, which the kernels index as shared memory (RowTileKernelBase::teamScratch);
 /// what a launch admits there depends on the team size (Kokkos 4.6 on CUDA: 49,152 - 8 (team size
 /// + 2) bytes, where scratch_size_max(0) assumes a 1024-thread team), and team_size_max with the
@@ -297,7 +298,9 @@ void launchRowTileSplit(ExecutionSpace const &space, char const *label, std::str
                         size_t bytes)
 {
   auto aligned = [](void const *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (!aligned(args.q.data()) || !aligned(args.kv_pool.data()) || !aligned(ws.partial_out.data()))
+  void const *pool = args.batch.kv_dtype == KvDtype::kBf16 ? static_cast<void const *>(args.kv_pool.data())
+                                                           : static_cast<void const *>(args.batch.kv_pool_fp8);
+  if (!aligned(args.q.data()) || !aligned(pool) || !aligned(ws.partial_out.data()))
     throw Unsupported(what + ": q, the KV pool and the workspace must be 16-byte aligned");
   using Policy = decltype(Kokkos::Experimental::require(
       Kokkos::TeamPolicy<ExecutionSpace, Kokkos::LaunchBounds<Tiles::TEAM_SIZE * Tiles::VECTOR_LENGTH, Tiles::MIN_TEAMS_PER_SM>>(),
