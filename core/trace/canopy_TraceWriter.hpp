@@ -1,5 +1,5 @@
 /// \file canopy_TraceWriter.hpp
-/// \brief Writes verify traces (format v1): validated first, then written to a temporary file in the
+/// \brief Writes verify traces (format v1, or v2 for an FP8 pool): validated first, then written to a temporary file in the
 /// target's folder and renamed over it, so a reader never sees a half-written trace.
 #pragma once
 
