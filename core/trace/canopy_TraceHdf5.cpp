@@ -148,7 +148,7 @@ bool linkExists(hid_t file, std::string const &path)
 Hid openDataset(hid_t file, std::string const &path)
 {
   if (!linkExists(file, path))
-    throw InputError(path + ": missing (a required dataset of format v1)");
+    throw InputError(path + ": missing (a required dataset of the format)");
   // H5Oopen + H5Iget_type rather than H5Oget_info*, whose signature differs between 1.10 and 1.12+.
   Hid obj(H5Oopen(file, path.c_str(), H5P_DEFAULT), H5Oclose);
   if (!obj.valid())
