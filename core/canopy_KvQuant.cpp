@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 namespace canopy
@@ -93,5 +94,47 @@ void dequantiseRow(BatchRef const &r, int64_t slot, double *row)
     std::memcpy(&bits, bytes + KV_BLOCKSCALED_ROPE_AT + 2 * d, 2);
     row[D_LATENT + d] = bf16ToFloat(bits);
   }
+}
+
+std::string fp8RowProblem(KvDtype dtype, uint8_t const *row)
+{
+  auto hex = [](uint8_t byte) {
+    char buf[8];
+    std::snprintf(buf, sizeof(buf), "0x%02x", byte);
+    return std::string(buf);
+  };
+  Fp8Format const fmt = fp8FormatOf(dtype);
+  char const *const fmt_name = fmt.has_inf ? "e5m2" : "e4m3fn";
+  int const fp8_bytes = dtype == KvDtype::kFp8E4m3BlockScaled ? D_LATENT : D_QK;
+  for (int d = 0; d < fp8_bytes; ++d)
+  {
+    // e5m2's infinities are refused too: (x / k_scale).to(fp8) gives them only on overflow.
+    uint8_t const abs = row[d] & 0x7fu;
+    bool const bad = fmt.has_inf ? abs >= 0x7cu : abs == 0x7fu;
+    if (bad)
+      return "column " + std::to_string(d) + " (byte " + std::to_string(d) + ") is " + hex(row[d]) + ", " +
+             (fp8IsNan(row[d], fmt) ? "a NaN encoding" : "infinity") + " in " + fmt_name;
+  }
+  if (dtype != KvDtype::kFp8E4m3BlockScaled)
+    return "";
+  for (int blk = 0; blk < KV_BLOCKS; ++blk)
+  {
+    float scale;
+    std::memcpy(&scale, row + KV_BLOCKSCALED_SCALES_AT + 4 * blk, 4);
+    if (!(std::isfinite(scale) && scale > 0))
+      return "block scale " + std::to_string(blk) + " (bytes " + std::to_string(KV_BLOCKSCALED_SCALES_AT + 4 * blk) +
+             ".." + std::to_string(KV_BLOCKSCALED_SCALES_AT + 4 * blk + 3) + ") is " + std::to_string(scale) +
+             ", must be finite and > 0";
+  }
+  for (int d = 0; d < D_ROPE; ++d)
+  {
+    uint16_t bits;
+    std::memcpy(&bits, row + KV_BLOCKSCALED_ROPE_AT + 2 * d, 2);
+    if ((bits & 0x7f80u) == 0x7f80u)
+      return "column " + std::to_string(D_LATENT + d) + " (rope value " + std::to_string(d) + ", bytes " +
+             std::to_string(KV_BLOCKSCALED_ROPE_AT + 2 * d) + ".." + std::to_string(KV_BLOCKSCALED_ROPE_AT + 2 * d + 1) +
+             ") is bf16 " + ((bits & 0x7fu) ? "NaN" : "Inf");
+  }
+  return "";
 }
 } // namespace canopy

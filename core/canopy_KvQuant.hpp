@@ -7,6 +7,7 @@
 #include "canopy_Problem.hpp"
 
 #include <cstdint>
+#include <string>
 
 namespace canopy
 {
@@ -20,4 +21,10 @@ void quantisePool(HostProblem &problem, KvDtype dtype, float kv_scale = 1.0f);
 /// \brief The pool row of \p slot as fp64 values [576] (what every FP8 kernel's products see in
 /// dequant numerics): bf16 bits, or the FP8 bytes times their scale.
 void dequantiseRow(BatchRef const &ref, int64_t slot, double *row);
+
+/// \brief What makes one stored FP8 row unreadable, "" when nothing does: a NaN encoding among
+/// the FP8 bytes (e4m3fn 0x7f / 0xff; e5m2 exponent all ones, Inf or NaN), and in the block-scaled
+/// layout a block scale that is not finite and > 0 or a bf16 rope value that is NaN or Inf. The
+/// text names the first bad column (or scale) and byte offset. \p dtype is an FP8 dtype.
+std::string fp8RowProblem(KvDtype dtype, uint8_t const *row);
 } // namespace canopy

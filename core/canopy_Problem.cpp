@@ -2,6 +2,7 @@
 
 #include "canopy_Bf16.hpp"
 #include "canopy_Error.hpp"
+#include "canopy_KvQuant.hpp"
 #include "canopy_Random.hpp"
 #include "canopy_Rules.hpp"
 #include "canopy_Tree.hpp"
@@ -164,8 +165,35 @@ void makeTreeDominant(HostProblem &problem, uint64_t seed, double logit)
   std::vector<int64_t> slots(problem.meta.out_cache_loc.begin(), problem.meta.out_cache_loc.end());
   std::sort(slots.begin(), slots.end());
   slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
+  if (problem.kv_dtype == KvDtype::kBf16)
+  {
+    for (int64_t s : slots)
+      if (s >= 0 && s < problem.num_slots)
+        shift(problem.kv_pool.data() + s * D_QK);
+    return;
+  }
+  // An FP8 pool: each tree row's values (rounded to bf16) are shifted and stored again as the pool
+  // stores a row, with the same scale (a V3.2 row's block scales recomputed for its new values).
+  BatchRef ref;
+  ref.kv_dtype = problem.kv_dtype;
+  ref.kv_pool_fp8 = problem.kv_pool_fp8.data();
+  ref.kv_scale = problem.kv_scale;
+  size_t const row_bytes = static_cast<size_t>(kvRowBytes(problem.kv_dtype));
+  double values[D_QK];
   for (int64_t s : slots)
-    if (s >= 0 && s < problem.num_slots)
-      shift(problem.kv_pool.data() + s * D_QK);
+  {
+    if (s < 0 || s >= problem.num_slots)
+      continue;
+    dequantiseRow(ref, s, values);
+    HostProblem row;
+    row.num_slots = 1;
+    row.kv_pool.resize(D_QK);
+    for (int d = 0; d < D_QK; ++d)
+      row.kv_pool[d] = floatToBf16(static_cast<float>(values[d]));
+    shift(row.kv_pool.data());
+    quantisePool(row, problem.kv_dtype, problem.kv_scale);
+    std::copy(row.kv_pool_fp8.begin(), row.kv_pool_fp8.end(),
+              problem.kv_pool_fp8.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(s) * row_bytes));
+  }
 }
 } // namespace canopy

@@ -96,5 +96,6 @@ inline ValueMode parseValueMode(std::string const &name, std::string const &what
 /// and to the K row of every tree node (its out_cache_loc slot), with a^2 * sm_scale = \p logit.
 /// Every visible tree key then scores about \p logit above a prefix key, and a node's output is
 /// mostly the mean of its visible tree rows' V: getting one ancestor wrong moves it by O(|v| / T).
+/// An FP8 pool's tree rows are shifted as values and stored again in the pool's dtype and scale.
 void makeTreeDominant(HostProblem &problem, uint64_t seed, double logit = 12.0);
 } // namespace canopy

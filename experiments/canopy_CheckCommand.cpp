@@ -44,21 +44,25 @@ void validateCheckFlags(CheckFlags const &f)
   auto const given = [&](char const *flag) { return f.given.at(flag)->count() > 0; };
   if (!f.trace.empty())
   {
-    for (char const *flag : {"--batch", "--heads", "--tree", "--prefix", "--ragged", "--padded", "--kv-dtype", "--kv-scale"})
+    for (char const *flag : {"--batch", "--heads", "--tree", "--prefix", "--ragged", "--padded"})
       if (given(flag))
         throw InputError(std::string(flag) + " and --trace: the trace fixes the shapes; give one or the other");
+    for (char const *flag : {"--kv-dtype", "--kv-scale"})
+      if (given(flag))
+        throw InputError(std::string(flag) + " and --trace: the trace fixes the KV dtype and its scale (/model "
+                         "kv_dtype, kv_scale); give one or the other");
   }
   else if (given("--steps"))
     throw InputError("--steps: applies to --trace only (give --trace FILE, or drop --steps)");
   requireWithin(limits::NSPLIT, f.nsplit, "--nsplit");
+  if (!f.trace.empty())
+    return;  // the trace's KV dtype is checked against --numerics once it is open
   if (std::string const why = numericsUndefinedFor(parseKvDtype(f.kv_dtype, "--kv-dtype"),
                                                    parseNumerics(f.numerics, "--numerics"));
       !why.empty())
     throw InputError("--numerics: " + why);
   if (!(std::isfinite(f.gen.kv_scale) && f.gen.kv_scale > 0))
     throw InputError("--kv-scale: must be finite and > 0, got " + std::to_string(f.gen.kv_scale));
-  if (!f.trace.empty())
-    return;
   requireWithin(limits::BATCH, f.gen.batch, "--batch");
   requireWithin(limits::HEADS, f.gen.num_heads, "--heads");
   requireWithin(limits::TREE, f.gen.tree_size, "--tree");
@@ -191,20 +195,28 @@ int runCheck(CheckFlags f)
 int runTraceCheck(CheckFlags f)
 {
   MaskLayout const mask = parseMaskLayout(f.mask, "--mask");
+  Numerics const numerics = parseNumerics(f.numerics, "--numerics");
   auto const src = makeTraceSource(f.trace, f.steps, f.gen.seed);  // bad input (exit 2) before a missing GPU (4)
   if (!f.no_memory_check)
     requireFitsInMemory(src->hostBytes(), "--trace", f.trace, "--no-memory-check");
+  KvDtype const kv_dtype = src->shape(0, MaskLayout::kParents).kv_dtype;
+  if (std::string const why = numericsUndefinedFor(kv_dtype, numerics); !why.empty())
+    throw InputError("--numerics: " + why + " (the trace's /model kv_dtype)");
   std::vector<std::string> const designs = resolveDesigns(f.designs);
   std::printf("canopy check: trace %s, %lld steps, mask=%s, %s values, checked against %s; nsplit=%d\n\n",
               src->label().c_str(), static_cast<long long>(src->numSteps()), f.mask.c_str(),
               src->recordedValues() ? "recorded" : "seeded",
               src->recordedValues() && !src->expectedOutput(0).empty() ? "the recorded output" : "the fp64 reference",
               f.nsplit);
-  printTolerances();
+  if (kv_dtype != KvDtype::kBf16)
+    std::printf("kv dtype %s (the trace's; canopy trace info shows its scale), numerics %s\n",
+                toString(kv_dtype).c_str(), f.numerics.c_str());
+  printTolerances(errorBounds(kv_dtype, numerics));
   printHeader();
   DesignOptions options;
   options.nsplit = f.nsplit;
   options.strict = f.strict;
+  options.numerics = numerics;
   // Recorded values are checked as recorded; tree-dominant values replace seeded ones only.
   std::vector<ValueMode> modes = valueModes(f.values);
   if (src->recordedValues())
@@ -213,7 +225,7 @@ int runTraceCheck(CheckFlags f)
   for (ValueMode values : modes)
   {
     std::string const label = src->recordedValues() ? "recorded" : toString(values);
-    ReferenceCache refs;
+    ReferenceCache refs(numerics);
     for (auto const &name : designs)
     {
       ErrorStats worst;

@@ -60,7 +60,7 @@ void addRunCommand(CLI::App &app, Action &action);
 void addDesignsCommand(CLI::App &app, Action &action);
 /// \brief Adds `canopy merge` (shard results of one config -> the results of one run).
 void addMergeCommand(CLI::App &app, Action &action);
-/// \brief Adds `canopy trace synth | info | validate` (verify traces, HDF5 format v1).
+/// \brief Adds `canopy trace synth | info | validate` (verify traces, HDF5 formats v1 and v2).
 void addTraceCommands(CLI::App &app, Action &action);
 /// \brief Adds `canopy peaks` (the GPU's measured ceilings; builds with the GPU lab only).
 void addPeaksCommand(CLI::App &app, Action &action);

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -55,6 +56,10 @@ SimulatorConfig readSimulatorToml(std::string const &file)
     Table t = root.sub("model");
     t.get("num_heads", c.shape.num_heads);
     t.get("sm_scale", c.shape.sm_scale);
+    std::string kv_dtype = toString(c.kv_dtype);
+    t.get("kv_dtype", kv_dtype);
+    c.kv_dtype = parseKvDtype(kv_dtype, t.path("kv_dtype"));
+    t.get("kv_scale", c.kv_dtype_scale);
     t.finish();
   }
   {
@@ -112,10 +117,11 @@ SimulatorConfig readSimulatorToml(std::string const &file)
 
 struct SynthFlags
 {
-  std::string config, out, summary, drafter;
+  std::string config, out, summary, drafter, kv_dtype;
   uint64_t seed = 0;
   int64_t steps = 0, warmup = 0, num_slots = 0, compact_every = 0, initial_run = 0, prompt = 0, output = 0;
   int concurrency = 0, budget = 0, heads = 0, deflate = 4, max_depth = 0, top_k = 0;
+  float kv_scale = 1.0f;
   double rate = 0, alpha_top = 0, alpha_rest = 0, alpha_tail = 0, depth_decay = 0, agreement = 0, sharpness = 0;
   bool values = false, sort_free = false, quiet = false, overwrite = false;
   std::map<std::string, CLI::Option *> given;
@@ -215,6 +221,17 @@ int runSynth(SynthFlags const &f)
   over("--heads", c.shape.num_heads, f.heads);
   over("--num-slots", c.num_slots, f.num_slots);
   over("--compact-every", c.compact_every, f.compact_every);
+  if (f.has("--kv-dtype"))
+    c.kv_dtype = parseKvDtype(f.kv_dtype, "--kv-dtype");
+  if (f.has("--kv-scale"))
+  {
+    if (!kvDtypeHasScale(c.kv_dtype))
+      throw InputError("--kv-scale: applies to kv dtype fp8-e4m3 and fp8-e5m2 only, not " + toString(c.kv_dtype) +
+                       (c.kv_dtype == KvDtype::kFp8E4m3BlockScaled ? " (its rows carry their own block scales)" : ""));
+    if (!(std::isfinite(f.kv_scale) && f.kv_scale > 0))
+      throw InputError("--kv-scale: must be finite and > 0, got " + std::to_string(f.kv_scale));
+    c.kv_dtype_scale = f.kv_scale;
+  }
   if (f.sort_free)
     c.sort_free = true;
   if (f.values)
@@ -239,6 +256,10 @@ int runSynth(SynthFlags const &f)
                 static_cast<long long>(s.retracted), static_cast<long long>(s.nodes),
                 static_cast<long long>(s.prefix_tokens), static_cast<double>(std::filesystem::file_size(f.out)) * 1e-6,
                 c.values ? " (with /values)" : "");
+    if (c.kv_dtype != KvDtype::kBf16)
+      std::printf("kv dtype %s%s (format v%lld)\n", toString(c.kv_dtype).c_str(),
+                  kvDtypeHasScale(c.kv_dtype) ? (", kv scale " + std::to_string(c.kv_dtype_scale)).c_str() : "",
+                  static_cast<long long>(traceFormatVersionFor(c.kv_dtype)));
     std::printf("mean batch %.2f, mean accepted length %.3f, target took the rank-1 sibling at %.1f%% of first "
                 "mismatches, mean slot run %.2f, peak slots used %lld of %lld, %lld compactions\n",
                 s.mean_batch, s.mean_accepted, 100.0 * s.rank1_at_first_mismatch, s.mean_run_length,
@@ -257,7 +278,8 @@ int runSynth(SynthFlags const &f)
 int runInfo(std::string const &file)
 {
   TraceReader const reader(file);
-  std::printf("%s (format %s v%lld)\n", file.c_str(), TRACE_FORMAT_NAME, static_cast<long long>(TRACE_FORMAT_VERSION));
+  std::printf("%s (format %s v%lld)\n", file.c_str(), TRACE_FORMAT_NAME,
+              static_cast<long long>(reader.info().format_version));
   std::fputs(formatTraceStats(reader.info(), computeTraceStats(reader.columns())).c_str(), stdout);
   return 0;
 }
@@ -266,23 +288,26 @@ int runValidate(std::string const &file, bool check_values)
 {
   TraceReader const reader(file);
   TraceInfo const &i = reader.info();
-  std::printf("%s: valid format v%lld trace: %lld steps, %lld request rows, %lld tree nodes, %lld prefix tokens%s%s\n",
-              file.c_str(), static_cast<long long>(TRACE_FORMAT_VERSION), static_cast<long long>(i.num_steps),
+  std::printf("%s: valid format v%lld trace: %lld steps, %lld request rows, %lld tree nodes, %lld prefix tokens, "
+              "kv %s%s%s\n",
+              file.c_str(), static_cast<long long>(i.format_version), static_cast<long long>(i.num_steps),
               static_cast<long long>(i.num_requests), static_cast<long long>(i.num_nodes),
-              static_cast<long long>(i.num_prefix_tokens), i.has_values ? ", /values" : "",
+              static_cast<long long>(i.num_prefix_tokens), toString(i.kv_dtype).c_str(), i.has_values ? ", /values" : "",
               i.has_accepted ? ", accepted" : "");
   if (!check_values)
     return 0;
   if (!i.has_expected_out)
     throw InputError(file + ": --check-values needs /values/out, which this trace does not record");
-  // Recorded expected outputs against the fp64 reference on the recorded inputs.
+  // Recorded expected outputs against the fp64 reference on the recorded inputs (an FP8 pool
+  // dequantised exactly: the bounds of dequant numerics, which are bf16's).
+  ErrorBounds const bounds = errorBounds(i.kv_dtype, Numerics::kDequant);
   double worst = 0;
   int64_t worst_step = 0;
   for (int64_t s = 0; s < reader.numSteps(); ++s)
   {
     HostProblem const p = reader.stepProblem(s, MaskLayout::kParents, 0);
     std::vector<uint16_t> const out = reader.expectedOutput(s);
-    ErrorStats const e = compareToReference(referenceAttention(p), out.data(), out.size());
+    ErrorStats const e = compareToReference(referenceAttention(p), out.data(), out.size(), bounds);
     if (e.rel_l2 > worst || !e.pass)
     {
       worst = e.rel_l2;
@@ -303,7 +328,7 @@ int runValidate(std::string const &file, bool check_values)
 
 void addTraceCommands(CLI::App &app, Action &action)
 {
-  CLI::App *trace = app.add_subcommand("trace", "Verify traces (HDF5 format v1): synthesize, summarize, validate");
+  CLI::App *trace = app.add_subcommand("trace", "Verify traces (HDF5 formats v1 and v2): synthesize, summarize, validate");
   trace->require_subcommand(1);
 
   auto f = std::make_shared<SynthFlags>();
@@ -332,6 +357,13 @@ void addTraceCommands(CLI::App &app, Action &action)
   f->given["--heads"] = synth->add_option("--heads", f->heads, "query heads per GPU");
   f->given["--num-slots"] = synth->add_option("--num-slots", f->num_slots, "KV pool slots");
   f->given["--compact-every"] = synth->add_option("--compact-every", f->compact_every, "defragment every N steps (0 = never)");
+  f->given["--kv-dtype"] = synth->add_option("--kv-dtype", f->kv_dtype,
+                                             "KV pool storage: bf16 (default, format v1), fp8-e4m3 or fp8-e5m2 (SGLang, one "
+                                             "scale) or fp8-e4m3-blockscaled (DeepSeek V3.2's 656-byte rows); FP8 writes v2")
+                               ->check(CLI::IsMember({"bf16", "fp8-e4m3", "fp8-e5m2", "fp8-e4m3-blockscaled"}));
+  f->given["--kv-scale"] = synth->add_option("--kv-scale", f->kv_scale,
+                                             "fp8-e4m3 / fp8-e5m2: the per-tensor scale (SGLang's k_scale), finite and > 0; "
+                                             "bytes = (x / scale).to(fp8)");
   synth->add_flag("--sort-free", f->sort_free, "sort released slots when merging them into the free list");
   synth->add_flag("--values", f->values, "record /values (random q and pool, expected out from the reference)");
   synth->add_option("--deflate", f->deflate, "zlib level 0-9")->check(CLI::Range(0, 9));
@@ -346,7 +378,7 @@ void addTraceCommands(CLI::App &app, Action &action)
 
   auto validate_file = std::make_shared<std::string>();
   auto check_values = std::make_shared<bool>(false);
-  CLI::App *validate = trace->add_subcommand("validate", "Check every invariant of format v1 (exit 2 on a bad file)");
+  CLI::App *validate = trace->add_subcommand("validate", "Check every invariant of the format (exit 2 on a bad file)");
   validate->add_option("file", *validate_file, "trace file")->required();
   validate->add_flag("--check-values", *check_values, "also compare /values/out with the fp64 reference (exit 1 if off)");
   validate->callback([validate_file, check_values, &action] {

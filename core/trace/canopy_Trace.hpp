@@ -1,6 +1,6 @@
 /// \file canopy_Trace.hpp
-/// \brief Verify traces (format v1, docs/design.md §3): the summary a reader exposes, the per-request form
-/// a writer takes, and the columnar form (one vector per HDF5 dataset) both are built on.
+/// \brief Verify traces (formats v1 and v2, docs/trace-format.md): the summary a reader exposes, the
+/// per-request form a writer takes, and the columnar form (one vector per HDF5 dataset) both are built on.
 #pragma once
 
 #include "canopy_Problem.hpp"
@@ -12,15 +12,33 @@
 
 namespace canopy
 {
-/// Value of the root attribute `format`, and the only `version` this code reads and writes.
+/// Value of the root attribute `format`, and the versions this code reads: v1 (bf16 pools only) and
+/// v2 (v1 plus the pool's KV dtype and scale, docs/design.md §8).
 constexpr char const *TRACE_FORMAT_NAME = "canopy-verify-trace";
-constexpr int64_t TRACE_FORMAT_VERSION = 1;
+constexpr int64_t TRACE_FORMAT_V1 = 1;
+constexpr int64_t TRACE_FORMAT_VERSION = 2;  ///< the newest
+
+/// \brief The version a writer gives a trace of \p kv_dtype: v1 for bf16, so that every bf16 trace
+/// stays readable by v1 readers; v2 for the FP8 dtypes, which v1 cannot describe.
+constexpr int64_t traceFormatVersionFor(KvDtype kv_dtype)
+{
+  return kv_dtype == KvDtype::kBf16 ? TRACE_FORMAT_V1 : TRACE_FORMAT_VERSION;
+}
+
+/// \brief Whether the KV dtype carries one per-tensor scale (/model attribute kv_scale).
+constexpr bool kvDtypeHasScale(KvDtype kv_dtype)
+{
+  return kv_dtype == KvDtype::kFp8E4m3 || kv_dtype == KvDtype::kFp8E5m2;
+}
 
 /// \brief What a trace holds, known once it is open (and validated).
 struct TraceInfo
 {
   std::string source, created;
+  int64_t format_version = TRACE_FORMAT_V1;  ///< as the file says (as the writer would write, from memory)
   ModelShape shape;
+  KvDtype kv_dtype = KvDtype::kBf16;
+  float kv_scale = 1.f;  ///< fp8-e4m3 / fp8-e5m2 only: value = decode(byte) * kv_scale
   int64_t num_slots = 0;
   int64_t num_steps = 0, num_requests = 0, num_nodes = 0, num_prefix_tokens = 0;
   bool has_values = false, has_expected_out = false, has_accepted = false;
@@ -46,19 +64,28 @@ struct TraceContent
   std::string source;
   std::string created;  ///< ISO-8601; empty = the time of writing
   ModelShape shape;
+  KvDtype kv_dtype = KvDtype::kBf16;  ///< the pool's storage (format v2 when not bf16)
+  float kv_scale = 1.f;               ///< fp8-e4m3 / fp8-e5m2: SGLang's per-tensor k_scale
   int64_t num_slots = 0;
   std::vector<TraceStep> steps;
   /// Optional /values: bf16 bits, q [N][H][576], kv [num_slots][576], out [N][H][512] (out may be
-  /// empty when q and kv are given; all three empty = no /values).
+  /// empty when q and the pool are given; all empty = no /values). An FP8 pool is kv_fp8 instead
+  /// of kv: [num_slots][kvRowBytes(kv_dtype)] raw row bytes.
   std::vector<uint16_t> q, kv, out;
+  std::vector<uint8_t> kv_fp8;
 };
 
-/// \brief The columnar form: exactly the datasets of format v1, so reading, validating and writing
+/// \brief The columnar form: exactly the datasets of the format, so reading, validating and writing
 /// are single passes over flat arrays. R = rows (request x step), N = tree nodes, K = prefix tokens.
 struct TraceColumns
 {
   std::string source, created;
+  /// The root attribute version as read from a file; 0 for columns built in memory (a writer
+  /// writes traceFormatVersionFor(kv_dtype), whatever this holds).
+  int64_t format_version = 0;
   ModelShape shape;
+  KvDtype kv_dtype = KvDtype::kBf16;  ///< /model kv_dtype
+  float kv_scale = 1.f;               ///< /model kv_scale (fp8-e4m3 / fp8-e5m2; 1 otherwise)
   int64_t num_slots = 0;
   std::vector<int64_t> request_offset{0};  ///< /steps/request_offset [S+1]
   std::vector<int64_t> request_id;         ///< /requests/request_id [R]
@@ -69,8 +96,9 @@ struct TraceColumns
   std::vector<int32_t> parent;             ///< /tree/parent [N]
   std::vector<int64_t> out_cache_loc;      ///< /tree/out_cache_loc [N]
   std::vector<int64_t> kv_indices;         ///< /tokens/kv_indices [K]
-  bool has_values = false;                 ///< /values present (q and kv)
-  std::vector<uint16_t> q, kv, out;        ///< /values/q, /values/kv, /values/out (out may be empty)
+  bool has_values = false;                 ///< /values present (q and the pool)
+  std::vector<uint16_t> q, kv, out;        ///< /values/q, /values/kv (bf16 pool), /values/out (may be empty)
+  std::vector<uint8_t> kv_fp8;             ///< /values/kv of an FP8 pool: [num_slots][kvRowBytes(kv_dtype)]
 
   int64_t numSteps() const { return static_cast<int64_t>(request_offset.size()) - 1; }
   int64_t numRows() const { return static_cast<int64_t>(request_id.size()); }
@@ -80,12 +108,13 @@ struct TraceColumns
   void endStep() { request_offset.push_back(numRows()); }
 };
 
-/// \brief Checks every invariant of format v1 on the columns (docs/design.md §3, docs/trace-format.md):
-/// offsets start at 0, are monotone and end at their dataset's length; prefix lengths match kv_offset;
-/// trees have one root (node 0) and parent[i] < i; accepted in [1, T]; slots in [0, num_slots); tree
-/// slots of a step are distinct and not in any prefix of that step; request ids unique per step;
-/// per-step prefix tokens fit kv_indptr's int32; values sized [N][H][576], [num_slots][576],
-/// [N][H][512] and finite where read. Linear time.
+/// \brief Checks every invariant of the format on the columns (docs/trace-format.md): offsets start
+/// at 0, are monotone and end at their dataset's length; prefix lengths match kv_offset; trees have
+/// one root (node 0) and parent[i] < i; accepted in [1, T]; slots in [0, num_slots); tree slots of a
+/// step are distinct and not in any prefix of that step; request ids unique per step; per-step prefix
+/// tokens fit kv_indptr's int32; kv_scale finite and > 0 (1 where the dtype has none); values sized
+/// [N][H][576], the pool [num_slots][row] for its dtype, [N][H][512], and readable where read
+/// (finite bf16; no NaN encoding, bad block scale or non-finite rope value in an FP8 row). Linear time.
 /// \throws InputError naming the dataset and the first bad index.
 void validateTraceColumns(TraceColumns const &columns);
 

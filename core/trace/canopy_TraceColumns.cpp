@@ -15,6 +15,8 @@ TraceColumns toColumns(TraceContent const &content)
   c.source = content.source;
   c.created = content.created;
   c.shape = content.shape;
+  c.kv_dtype = content.kv_dtype;
+  c.kv_scale = content.kv_scale;
   c.num_slots = content.num_slots;
   bool any_accepted = false;
   for (auto const &step : content.steps)
@@ -43,10 +45,11 @@ TraceColumns toColumns(TraceContent const &content)
     }
     c.endStep();
   }
-  c.has_values = !content.q.empty() || !content.kv.empty() || !content.out.empty();
+  c.has_values = !content.q.empty() || !content.kv.empty() || !content.out.empty() || !content.kv_fp8.empty();
   c.q = content.q;
   c.kv = content.kv;
   c.out = content.out;
+  c.kv_fp8 = content.kv_fp8;
   return c;
 }
 

@@ -52,6 +52,7 @@ char const *intKindName(IntKind kind)
   case IntKind::kInt32: return "int32";
   case IntKind::kInt64: return "int64";
   case IntKind::kUInt16: return "uint16";
+  case IntKind::kUInt8: return "uint8";
   }
   return "?";
 }
@@ -63,6 +64,7 @@ hid_t nativeType(IntKind kind)
   case IntKind::kInt32: return H5T_NATIVE_INT32;
   case IntKind::kInt64: return H5T_NATIVE_INT64;
   case IntKind::kUInt16: return H5T_NATIVE_UINT16;
+  case IntKind::kUInt8: return H5T_NATIVE_UINT8;
   }
   return -1;
 }
@@ -74,13 +76,24 @@ hid_t fileTypeLE(IntKind kind)
   case IntKind::kInt32: return H5T_STD_I32LE;
   case IntKind::kInt64: return H5T_STD_I64LE;
   case IntKind::kUInt16: return H5T_STD_U16LE;
+  case IntKind::kUInt8: return H5T_STD_U8LE;
   }
   return -1;
 }
 
 namespace
 {
-size_t kindSize(IntKind kind) { return kind == IntKind::kUInt16 ? 2 : kind == IntKind::kInt32 ? 4 : 8; }
+size_t kindSize(IntKind kind)
+{
+  switch (kind)
+  {
+  case IntKind::kUInt8: return 1;
+  case IntKind::kUInt16: return 2;
+  case IntKind::kInt32: return 4;
+  case IntKind::kInt64: return 8;
+  }
+  return 8;
+}
 
 [[noreturn]] void bad(std::string const &what, std::string const &message)
 {
@@ -135,7 +148,7 @@ bool linkExists(hid_t file, std::string const &path)
 Hid openDataset(hid_t file, std::string const &path)
 {
   if (!linkExists(file, path))
-    throw InputError(path + ": missing (a required dataset of format v1)");
+    throw InputError(path + ": missing (a required dataset of the format)");
   // H5Oopen + H5Iget_type rather than H5Oget_info*, whose signature differs between 1.10 and 1.12+.
   Hid obj(H5Oopen(file, path.c_str(), H5P_DEFAULT), H5Oclose);
   if (!obj.valid())
@@ -202,6 +215,27 @@ double readFloatAttr(hid_t obj, char const *name, std::string const &obj_path)
   return v;
 }
 
+float readFloat32Attr(hid_t obj, char const *name, std::string const &obj_path)
+{
+  Hid attr = openScalarAttr(obj, name, obj_path, H5T_FLOAT, "floating-point number");
+  Hid type = ownType(H5Aget_type(attr.get()));
+  if (!type.valid() || H5Tget_size(type.get()) != 4)
+    bad(obj_path + " attribute " + name, "must be a float32 (IEEE binary32), is " +
+                                             std::to_string(type.valid() ? 8 * H5Tget_size(type.get()) : 0) + "-bit");
+  float v = 0;
+  if (H5Aread(attr.get(), H5T_NATIVE_FLOAT, &v) < 0)
+    bad(obj_path + " attribute " + name, "cannot be read as float32");
+  return v;
+}
+
+bool attrExists(hid_t obj, char const *name, std::string const &obj_path)
+{
+  htri_t const exists = H5Aexists(obj, name);
+  if (exists < 0)
+    bad(obj_path + " attribute " + name, "cannot be queried");
+  return exists > 0;
+}
+
 void checkIntType(hid_t dataset, IntKind kind, std::string const &path)
 {
   Hid type = ownType(H5Dget_type(dataset));
@@ -211,13 +245,13 @@ void checkIntType(hid_t dataset, IntKind kind, std::string const &path)
   std::string const want = std::string(intKindName(kind)) + " little-endian";
   if (cls != H5T_INTEGER)
     bad(path, "has a non-integer type, expected " + want);
-  bool const want_signed = kind != IntKind::kUInt16;
+  bool const want_signed = kind == IntKind::kInt32 || kind == IntKind::kInt64;
   size_t const size = H5Tget_size(type.get());
   H5T_sign_t const sign = H5Tget_sign(type.get());
   if (size != kindSize(kind) || (sign == H5T_SGN_2) != want_signed)
     bad(path, std::string("has type ") + (sign == H5T_SGN_2 ? "int" : "uint") + std::to_string(8 * size) +
                   ", expected " + want);
-  if (H5Tget_order(type.get()) != H5T_ORDER_LE)
+  if (size > 1 && H5Tget_order(type.get()) != H5T_ORDER_LE)  // a byte has no order to check
     bad(path, "is not little-endian, expected " + want);
 }
 
@@ -366,6 +400,11 @@ void writeInt64Attr(hid_t obj, char const *name, int64_t value)
 void writeDoubleAttr(hid_t obj, char const *name, double value)
 {
   writeAttr(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
+}
+
+void writeFloatAttr(hid_t obj, char const *name, float value)
+{
+  writeAttr(obj, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, &value);
 }
 
 void writeDataset(hid_t parent, char const *name, IntKind kind, void const *data, std::vector<hsize_t> const &dims,

@@ -76,12 +76,14 @@ enum class IntKind
 {
   kInt32,
   kInt64,
-  kUInt16
+  kUInt16,
+  kUInt8  ///< raw FP8 pool rows (format v2)
 };
 template <class T> struct IntKindOf;
 template <> struct IntKindOf<int32_t> { static constexpr IntKind value = IntKind::kInt32; };
 template <> struct IntKindOf<int64_t> { static constexpr IntKind value = IntKind::kInt64; };
 template <> struct IntKindOf<uint16_t> { static constexpr IntKind value = IntKind::kUInt16; };
+template <> struct IntKindOf<uint8_t> { static constexpr IntKind value = IntKind::kUInt8; };
 char const *intKindName(IntKind kind);
 hid_t nativeType(IntKind kind);
 hid_t fileTypeLE(IntKind kind);
@@ -94,6 +96,11 @@ Hid openDataset(hid_t file, std::string const &path);
 std::string readStringAttr(hid_t obj, char const *name, std::string const &obj_path);
 int64_t readIntAttr(hid_t obj, char const *name, std::string const &obj_path);
 double readFloatAttr(hid_t obj, char const *name, std::string const &obj_path);
+/// \brief A floating-point attribute stored as IEEE binary32 (a wider type could hold a value fp32
+/// cannot, which would then be silently rounded).
+float readFloat32Attr(hid_t obj, char const *name, std::string const &obj_path);
+/// \brief Whether \p obj has an attribute \p name (InputError when HDF5 cannot tell).
+bool attrExists(hid_t obj, char const *name, std::string const &obj_path);
 /// \brief Requires an integer type of exactly \p kind (size, sign) stored little-endian.
 void checkIntType(hid_t dataset, IntKind kind, std::string const &path);
 /// \brief Dimensions of a simple dataspace of rank \p rank; InputError otherwise.
@@ -120,6 +127,7 @@ Hid createGroup(hid_t parent, char const *name);
 void writeStringAttr(hid_t obj, char const *name, std::string const &value);
 void writeInt64Attr(hid_t obj, char const *name, int64_t value);
 void writeDoubleAttr(hid_t obj, char const *name, double value);
+void writeFloatAttr(hid_t obj, char const *name, float value);
 
 /// \brief Writes a little-endian integer dataset of shape \p dims (chunked + shuffle + deflate when
 /// non-empty; contiguous when empty, since HDF5 cannot chunk a zero-length fixed dimension).

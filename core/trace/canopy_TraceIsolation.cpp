@@ -61,8 +61,11 @@ void putColumns(int fd, TraceColumns const &c)
   put(fd, &tag, 1);
   putString(fd, c.source);
   putString(fd, c.created);
+  putU64(fd, static_cast<uint64_t>(c.format_version));
   putU64(fd, static_cast<uint64_t>(c.shape.num_heads));
   put(fd, &c.shape.sm_scale, sizeof(double));
+  putU64(fd, static_cast<uint64_t>(c.kv_dtype));
+  put(fd, &c.kv_scale, sizeof(float));
   putU64(fd, static_cast<uint64_t>(c.num_slots));
   putVector(fd, c.request_offset);
   putVector(fd, c.request_id);
@@ -78,6 +81,7 @@ void putColumns(int fd, TraceColumns const &c)
   putVector(fd, c.q);
   putVector(fd, c.kv);
   putVector(fd, c.out);
+  putVector(fd, c.kv_fp8);
 }
 
 void putMessage(int fd, Tag tag, char const *what)
@@ -173,14 +177,18 @@ int reap(pid_t pid, Clock::time_point deadline, bool &killed)
 
 bool getColumns(Stream &in, TraceColumns &c)
 {
-  uint64_t heads = 0, slots = 0;
+  uint64_t version = 0, heads = 0, dtype = 0, slots = 0;
   uint8_t values = 0;
-  bool ok = in.getString(c.source) && in.getString(c.created) && in.getU64(heads) &&
-            in.get(&c.shape.sm_scale, sizeof(double)) && in.getU64(slots) && in.getVector(c.request_offset) &&
+  bool ok = in.getString(c.source) && in.getString(c.created) && in.getU64(version) && in.getU64(heads) &&
+            in.get(&c.shape.sm_scale, sizeof(double)) && in.getU64(dtype) && in.get(&c.kv_scale, sizeof(float)) &&
+            in.getU64(slots) && in.getVector(c.request_offset) &&
             in.getVector(c.request_id) && in.getVector(c.prefix_len) && in.getVector(c.tree_offset) &&
             in.getVector(c.kv_offset) && in.getVector(c.accepted) && in.getVector(c.parent) &&
             in.getVector(c.out_cache_loc) && in.getVector(c.kv_indices) && in.get(&values, 1) && in.getVector(c.q) &&
-            in.getVector(c.kv) && in.getVector(c.out);
+            in.getVector(c.kv) && in.getVector(c.out) && in.getVector(c.kv_fp8);
+  c.format_version = static_cast<int64_t>(version);
+  ok = ok && dtype <= static_cast<uint64_t>(KvDtype::kFp8E4m3BlockScaled);
+  c.kv_dtype = static_cast<KvDtype>(dtype);
   c.shape.num_heads = static_cast<int>(heads);
   c.num_slots = static_cast<int64_t>(slots);
   c.has_values = values != 0;

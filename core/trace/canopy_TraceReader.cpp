@@ -3,6 +3,7 @@
 #include "canopy_TraceReader.hpp"
 
 #include "canopy_Error.hpp"
+#include "canopy_KvQuant.hpp"
 #include "canopy_TraceHdf5.hpp"
 #include "canopy_TraceIsolation.hpp"
 
@@ -20,7 +21,7 @@ using namespace Impl;
 Hid openGroup(hid_t file, std::string const &path)
 {
   if (!linkExists(file, path))
-    throw InputError(path + ": missing (a required group of format v1)");
+    throw InputError(path + ": missing (a required group of the format)");
   Hid obj(H5Oopen(file, path.c_str(), H5P_DEFAULT), H5Oclose);
   if (!obj.valid())
     throw InputError(path + ": cannot be opened (HDF5: " + hdf5ErrorMessage() + ")");
@@ -75,15 +76,18 @@ std::vector<T> readVector(hid_t file, std::string const &path, std::optional<Len
   return v;
 }
 
-/// A /values dataset: uint16 bf16 bits with attribute dtype = "bfloat16", of exactly \p dims.
-std::vector<uint16_t> readValues(hid_t file, std::string const &path, std::vector<hsize_t> const &dims,
-                                 char const *dims_text)
+/// A /values dataset of exactly \p dims: bf16 bits (uint16, attribute dtype = "bfloat16"), or an FP8
+/// pool's row bytes (uint8, attribute dtype = the pool's kv dtype), as \p dtype_attr says.
+template <class T>
+std::vector<T> readValues(hid_t file, std::string const &path, std::vector<hsize_t> const &dims,
+                          std::string const &dims_text, std::string const &dtype_attr = "bfloat16")
 {
   Hid ds = openDataset(file, path);
-  checkIntType(ds.get(), IntKind::kUInt16, path);
+  checkIntType(ds.get(), IntKindOf<T>::value, path);
   std::string const dtype = readStringAttr(ds.get(), "dtype", path);
-  if (dtype != "bfloat16")
-    throw InputError(path + ": attribute dtype is '" + dtype + "', expected 'bfloat16'");
+  if (dtype != dtype_attr)
+    throw InputError(path + ": attribute dtype is '" + dtype + "', expected '" + dtype_attr + "'" +
+                     (dtype_attr == "bfloat16" ? "" : " (/model kv_dtype)"));
   std::vector<hsize_t> const got = datasetDims(ds.get(), static_cast<int>(dims.size()), path);
   for (size_t i = 0; i < dims.size(); ++i)
     if (got[i] != dims[i])
@@ -100,10 +104,37 @@ std::vector<uint16_t> readValues(hid_t file, std::string const &path, std::vecto
   hsize_t count = 1;
   for (hsize_t d : dims)
     count = d != 0 && count > MAX_DATASET_ELEMENTS / d ? MAX_DATASET_ELEMENTS + 1 : count * d;
-  checkStored(ds.get(), IntKind::kUInt16, count, path);
-  std::vector<uint16_t> v(static_cast<size_t>(count));
-  readDataset(ds.get(), IntKind::kUInt16, v.data(), count, path);
+  checkStored(ds.get(), IntKindOf<T>::value, count, path);
+  std::vector<T> v(static_cast<size_t>(count));
+  readDataset(ds.get(), IntKindOf<T>::value, v.data(), count, path);
   return v;
+}
+
+/// /model kv_dtype and kv_scale: v1 knows bf16 only (other attributes were never read); v2 names
+/// any KvDtype and carries kv_scale exactly for the one-scale dtypes.
+void readKvDtype(hid_t model, int64_t version, TraceColumns &c)
+{
+  std::string const kv_dtype = readStringAttr(model, "kv_dtype", "/model");
+  if (version == TRACE_FORMAT_V1)
+  {
+    if (kv_dtype != "bf16")
+      throw InputError("/model: attribute kv_dtype is '" + kv_dtype + "', but a version 1 trace holds bf16 pools "
+                       "only (an FP8 pool needs version 2)");
+    return;
+  }
+  c.kv_dtype = parseKvDtype(kv_dtype, "/model attribute kv_dtype");
+  bool const has_scale = attrExists(model, "kv_scale", "/model");
+  if (kvDtypeHasScale(c.kv_dtype))
+  {
+    if (!has_scale)
+      throw InputError("/model attribute kv_scale: is missing; a " + kv_dtype +
+                       " pool needs its per-tensor scale (SGLang's k_scale, 1.0 when the checkpoint has none)");
+    c.kv_scale = readFloat32Attr(model, "kv_scale", "/model");  // its value is checked by validation
+  }
+  else if (has_scale)
+    throw InputError("/model attribute kv_scale: present, but a " + kv_dtype + " pool has no per-tensor scale" +
+                     (c.kv_dtype == KvDtype::kBf16 ? "" : " (each row carries its block scales)") +
+                     "; remove it");
 }
 
 TraceColumns readColumns(hid_t file)
@@ -114,10 +145,10 @@ TraceColumns readColumns(hid_t file)
     std::string const format = readStringAttr(root.get(), "format", "/");
     if (format != TRACE_FORMAT_NAME)
       throw InputError("/: attribute format is '" + format + "', expected '" + TRACE_FORMAT_NAME + "'");
-    int64_t const version = readIntAttr(root.get(), "version", "/");
-    if (version != TRACE_FORMAT_VERSION)
-      throw InputError("/: attribute version is " + std::to_string(version) + "; this reader reads version " +
-                       std::to_string(TRACE_FORMAT_VERSION));
+    c.format_version = readIntAttr(root.get(), "version", "/");
+    if (c.format_version != TRACE_FORMAT_V1 && c.format_version != TRACE_FORMAT_VERSION)
+      throw InputError("/: attribute version is " + std::to_string(c.format_version) + "; this reader reads versions " +
+                       std::to_string(TRACE_FORMAT_V1) + " and " + std::to_string(TRACE_FORMAT_VERSION));
     c.source = readStringAttr(root.get(), "source", "/");
     c.created = readStringAttr(root.get(), "created", "/");
     if (!isIsoTimestamp(c.created))
@@ -135,9 +166,7 @@ TraceColumns readColumns(hid_t file)
       throw InputError("/model: attributes d_latent = " + std::to_string(d_latent) + ", d_rope = " +
                        std::to_string(d_rope) + "; only absorbed MLA with 512 + 64 is supported");
     c.shape.sm_scale = readFloatAttr(model.get(), "sm_scale", "/model");
-    std::string const kv_dtype = readStringAttr(model.get(), "kv_dtype", "/model");
-    if (kv_dtype != "bf16")
-      throw InputError("/model: attribute kv_dtype is '" + kv_dtype + "', only 'bf16' is supported");
+    readKvDtype(model.get(), c.format_version, c);
   }
   {
     Hid pool = openGroup(file, "/pool");
@@ -164,10 +193,19 @@ TraceColumns readColumns(hid_t file)
     validateTraceColumns(c);
     c.has_values = true;
     hsize_t const N = static_cast<hsize_t>(c.numNodes()), H = static_cast<hsize_t>(c.shape.num_heads);
-    c.q = readValues(file, "/values/q", {N, H, D_QK}, "[N][num_heads][576]");
-    c.kv = readValues(file, "/values/kv", {static_cast<hsize_t>(c.num_slots), D_QK}, "[num_slots][576]");
+    c.q = readValues<uint16_t>(file, "/values/q", {N, H, D_QK}, "[N][num_heads][576]");
+    hsize_t const slots = static_cast<hsize_t>(c.num_slots);
+    if (c.kv_dtype == KvDtype::kBf16)
+      c.kv = readValues<uint16_t>(file, "/values/kv", {slots, D_QK}, "[num_slots][576]");
+    else
+    {
+      int const row = kvRowBytes(c.kv_dtype);
+      c.kv_fp8 = readValues<uint8_t>(file, "/values/kv", {slots, static_cast<hsize_t>(row)},
+                                     "[num_slots][" + std::to_string(row) + "] bytes, a " + toString(c.kv_dtype) + " row",
+                                     toString(c.kv_dtype));
+    }
     if (linkExists(file, "/values/out"))
-      c.out = readValues(file, "/values/out", {N, H, D_V}, "[N][num_heads][512]");
+      c.out = readValues<uint16_t>(file, "/values/out", {N, H, D_V}, "[N][num_heads][512]");
   }
   return c;  // validated by the caller (in the parent process when isolated)
 }
@@ -194,7 +232,10 @@ TraceInfo infoOf(TraceColumns const &c)
   TraceInfo info;
   info.source = c.source;
   info.created = c.created;
+  info.format_version = c.format_version ? c.format_version : traceFormatVersionFor(c.kv_dtype);
   info.shape = c.shape;
+  info.kv_dtype = c.kv_dtype;
+  info.kv_scale = c.kv_scale;
   info.num_slots = c.num_slots;
   info.num_steps = c.numSteps();
   info.num_requests = c.numRows();
@@ -304,14 +345,35 @@ HostProblem TraceReader::stepProblem(int64_t s, MaskLayout layout, uint64_t seed
   if (!_columns.has_values)
   {
     fillRandomValues(p, seed);
+    quantiseSeededPool(p, _info, _name);
     return p;
   }
   size_t const row = static_cast<size_t>(_info.shape.num_heads) * D_QK;
   size_t const n0 = static_cast<size_t>(_columns.tree_offset[_columns.request_offset[s]]);
   size_t const n1 = static_cast<size_t>(_columns.tree_offset[_columns.request_offset[s + 1]]);
   p.q.assign(_columns.q.begin() + n0 * row, _columns.q.begin() + n1 * row);
-  p.kv_pool = _columns.kv;
+  p.kv_dtype = _columns.kv_dtype;
+  p.kv_scale = _columns.kv_scale;
+  if (p.kv_dtype == KvDtype::kBf16)
+    p.kv_pool = _columns.kv;
+  else
+    p.kv_pool_fp8 = _columns.kv_fp8;
   return p;
+}
+
+void quantiseSeededPool(HostProblem &p, TraceInfo const &info, std::string const &label)
+{
+  if (info.kv_dtype == KvDtype::kBf16)
+    return;
+  quantisePool(p, info.kv_dtype, info.kv_scale);
+  size_t const row = static_cast<size_t>(kvRowBytes(p.kv_dtype));
+  for (int64_t slot = 0; slot < p.num_slots; ++slot)
+    if (std::string const problem = fp8RowProblem(p.kv_dtype, p.kv_pool_fp8.data() + static_cast<size_t>(slot) * row);
+        !problem.empty())
+      throw InputError(label + ": /model attribute kv_scale " + std::to_string(info.kv_scale) +
+                       " is too small for seeded values in [-1, 1] (the trace has no /values): stored as " +
+                       toString(info.kv_dtype) + ", pool row " + std::to_string(slot) + " " + problem +
+                       "; replay it with recorded values, or write it with a larger scale");
 }
 
 std::vector<uint16_t> TraceReader::expectedOutput(int64_t s) const

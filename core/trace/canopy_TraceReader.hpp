@@ -1,6 +1,7 @@
 /// \file canopy_TraceReader.hpp
-/// \brief Reads a verify trace (format v1): the whole file is loaded and validated when it is opened,
-/// then each step is served as SGLang-native metadata (docs/design.md §1) or as a complete HostProblem.
+/// \brief Reads a verify trace (format v1 or v2): the whole file is loaded and validated when it is
+/// opened, then each step is served as SGLang-native metadata (docs/design.md §1) or as a complete
+/// HostProblem, its KV pool in the trace's dtype (docs/design.md §8).
 #pragma once
 
 #include "canopy_Trace.hpp"
@@ -51,7 +52,9 @@ public:
   /// \brief The same into \p out, reusing its capacity (no allocation in a steady replay loop).
   void stepMetadata(int64_t s, MaskLayout layout, BatchMetadata &out) const;
   /// \brief Metadata plus values: the recorded q rows of the step and the recorded pool when the file
-  /// has /values, else q and the pool filled by fillRandomValues(problem, seed) (same seed, same bits).
+  /// has /values, else q and the pool filled by fillRandomValues(problem, seed) (same seed, same bits)
+  /// and, for an FP8 trace, quantised as its pool is stored (quantiseSeededPool). The problem's
+  /// kv_dtype, kv_scale and pool (kv_pool or kv_pool_fp8) are the trace's.
   HostProblem stepProblem(int64_t s, MaskLayout layout, uint64_t seed) const;
   /// \brief Recorded /values/out rows of step \p s ([T][H][512] bf16 bits); empty when absent.
   std::vector<uint16_t> expectedOutput(int64_t s) const;
@@ -72,4 +75,10 @@ private:
   TraceColumns _columns;
   TraceInfo _info;
 };
+
+/// \brief Gives a seeded bf16 pool the storage of a trace of \p info (quantisePool with its kv_dtype
+/// and kv_scale), as replay does for a trace without /values. A trace's scale suits its recorded
+/// values, not necessarily seeded ones: when seeded values (|x| <= 1) divided by it overflow FP8,
+/// InputError naming \p label, /model kv_scale and the first unreadable row.
+void quantiseSeededPool(HostProblem &problem, TraceInfo const &info, std::string const &label);
 } // namespace canopy

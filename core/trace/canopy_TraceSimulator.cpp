@@ -4,6 +4,7 @@
 
 #include "canopy_Bf16.hpp"
 #include "canopy_Error.hpp"
+#include "canopy_KvQuant.hpp"
 #include "canopy_Random.hpp"
 #include "canopy_Reference.hpp"
 
@@ -391,6 +392,11 @@ void validateSimulatorConfig(SimulatorConfig const &c)
   checkRange("pool.initial_run", static_cast<double>(c.initial_run), 0, 1e12);
   checkRange("values.q_scale", c.q_scale, 1e-6, 1e4);
   checkRange("values.kv_scale", c.kv_scale, 1e-6, 1e4);
+  if (!std::isfinite(c.kv_dtype_scale) || c.kv_dtype_scale <= 0)
+    badKey("model.kv_scale", std::to_string(c.kv_dtype_scale), "must be finite and > 0");
+  if (c.kv_dtype_scale != 1.0f && c.kv_dtype != KvDtype::kFp8E4m3 && c.kv_dtype != KvDtype::kFp8E5m2)
+    badKey("model.kv_scale", std::to_string(c.kv_dtype_scale),
+           "applies to kv_dtype fp8-e4m3 and fp8-e5m2 only, not " + toString(c.kv_dtype));
   // One request at its longest, with its tree, must fit beside the padding slot, or it could wait forever.
   int64_t const need = c.prompt.upperBound() + c.output.upperBound() + c.budget + 2;
   if (c.num_slots < need || c.num_slots > (int64_t{1} << 40))
@@ -408,6 +414,8 @@ TraceColumns simulateTrace(SimulatorConfig const &c, SimulatorSummary *summary)
   TraceColumns out;
   out.source = c.source;
   out.shape = c.shape;
+  out.kv_dtype = c.kv_dtype;
+  out.kv_scale = kvDtypeHasScale(c.kv_dtype) ? c.kv_dtype_scale : 1.0f;
   out.num_slots = c.num_slots;
   out.created = isoTimestampNow();
 
@@ -602,6 +610,23 @@ void addSyntheticValues(TraceColumns &c, uint64_t seed, float q_scale, float kv_
     x = floatToBf16(q_scale * rng.uniformSigned());
   for (auto &x : c.kv)
     x = floatToBf16(kv_scale * rng.uniformSigned());
+  c.kv_fp8.clear();
+  if (c.kv_dtype != KvDtype::kBf16)
+  {
+    HostProblem pool;
+    pool.num_slots = c.num_slots;
+    pool.kv_pool = std::move(c.kv);
+    quantisePool(pool, c.kv_dtype, c.kv_scale);
+    c.kv_fp8 = std::move(pool.kv_pool_fp8);
+    c.kv.clear();
+    size_t const row = static_cast<size_t>(kvRowBytes(c.kv_dtype));
+    for (int64_t slot = 0; slot < c.num_slots; ++slot)
+      if (std::string const why = fp8RowProblem(c.kv_dtype, c.kv_fp8.data() + static_cast<size_t>(slot) * row);
+          !why.empty())
+        throw InputError("model.kv_scale: " + std::to_string(c.kv_scale) + " stores the seeded pool values (|x| <= " +
+                         std::to_string(kv_scale) + ", values.kv_scale) as unreadable " + toString(c.kv_dtype) +
+                         " bytes: pool row " + std::to_string(slot) + " " + why + "; use a larger scale");
+  }
   c.out.assign(static_cast<size_t>(c.numNodes()) * H * D_V, BF16_POISON);
   for (int64_t s = 0; s < c.numSteps(); ++s)
   {
@@ -621,7 +646,10 @@ void addSyntheticValues(TraceColumns &c, uint64_t seed, float q_scale, float kv_
     r.mask_indptr = meta.mask_indptr.data();
     r.tree_parent = meta.tree_parent.data();
     r.q = c.q.data() + static_cast<size_t>(n0) * H * D_QK;
-    r.kv_pool = c.kv.data();
+    r.kv_pool = c.kv.empty() ? nullptr : c.kv.data();
+    r.kv_dtype = c.kv_dtype;
+    r.kv_pool_fp8 = c.kv_fp8.empty() ? nullptr : c.kv_fp8.data();
+    r.kv_scale = c.kv_scale;
     std::vector<double> const ref = referenceAttention(r);
     uint16_t *o = c.out.data() + static_cast<size_t>(n0) * H * D_V;
     for (size_t i = 0; i < ref.size(); ++i)

@@ -53,6 +53,12 @@ struct SimulatorConfig
   int64_t warmup_steps = 0;    ///< simulated first and not recorded (lets the pool reach steady churn)
   std::string source = "canopy trace synth";
   ModelShape shape;
+  /// [model] kv_dtype: how the pool is stored (an FP8 dtype writes format v2; with /values the pool
+  /// is quantised as the serving stack writes it, quantisePool).
+  KvDtype kv_dtype = KvDtype::kBf16;
+  /// [model] kv_scale: the per-tensor scale of fp8-e4m3 / fp8-e5m2 (SGLang's k_scale); not to be
+  /// confused with values.kv_scale, the range of the seeded pool values.
+  float kv_dtype_scale = 1.0f;
 
   // Arrivals: `fixed` keeps `concurrency` requests running (a new one arrives when one finishes);
   // `poisson` draws Poisson(rate) arrivals per step into a FIFO queue, at most `max_running` run.
@@ -139,6 +145,7 @@ struct SimulatorSummary
 /// \brief Runs the simulation and returns the trace (valid by construction; validated by the writer).
 TraceColumns simulateTrace(SimulatorConfig const &config, SimulatorSummary *summary = nullptr);
 
-/// \brief Fills /values of \p columns: random q and pool, expected out = fp64 reference rounded to bf16.
+/// \brief Fills /values of \p columns: random q and pool (stored in the columns' kv_dtype with their
+/// kv_scale, quantisePool), expected out = fp64 reference on the stored pool, rounded to bf16.
 void addSyntheticValues(TraceColumns &columns, uint64_t seed, float q_scale = 1.0f, float kv_scale = 1.0f);
 } // namespace canopy

@@ -134,9 +134,20 @@ std::string formatTraceStats(TraceInfo const &info, TraceStats const &s)
 {
   std::string out;
   appendf(out, "source: %s\ncreated: %s\n", info.source.c_str(), info.created.c_str());
-  appendf(out, "model: num_heads = %d, sm_scale = %.6g, d_latent = %d, d_rope = %d, kv bf16\n", info.shape.num_heads,
+  appendf(out, "model: num_heads = %d, sm_scale = %.6g, d_latent = %d, d_rope = %d\n", info.shape.num_heads,
           info.shape.sm_scale, D_LATENT, D_ROPE);
-  appendf(out, "pool: num_slots = %lld, largest slot used = %lld\n", static_cast<long long>(info.num_slots),
+  int const row_bytes = kvRowBytes(info.kv_dtype);
+  std::string scale = "none";
+  if (kvDtypeHasScale(info.kv_dtype))
+  {
+    scale.clear();
+    appendf(scale, "%.9g", static_cast<double>(info.kv_scale));  // 9 digits: the fp32 value exactly
+  }
+  else if (info.kv_dtype == KvDtype::kFp8E4m3BlockScaled)
+    scale = "per-block scales (4 fp32 in each row)";
+  appendf(out, "kv: dtype %s, scale %s, %d bytes per row\n", toString(info.kv_dtype).c_str(), scale.c_str(), row_bytes);
+  appendf(out, "pool: num_slots = %lld, %.6g MB at %d bytes per row, largest slot used = %lld\n",
+          static_cast<long long>(info.num_slots), static_cast<double>(info.num_slots) * row_bytes * 1e-6, row_bytes,
           static_cast<long long>(s.max_slot));
   appendf(out, "steps: %lld, request rows: %lld (%lld distinct requests), tree nodes: %lld, prefix tokens: %lld\n",
           static_cast<long long>(s.steps), static_cast<long long>(s.rows), static_cast<long long>(s.distinct_requests),

@@ -1,7 +1,8 @@
 /// \file canopy_TraceValidate.cpp
-/// \brief validateTraceColumns: every invariant of format v1, in one linear pass per dataset.
+/// \brief validateTraceColumns: every invariant of the format (v1 and v2), in one linear pass per dataset.
 #include "canopy_Bf16.hpp"
 #include "canopy_Error.hpp"
+#include "canopy_KvQuant.hpp"
 #include "canopy_Rules.hpp"
 #include "canopy_Trace.hpp"
 
@@ -75,6 +76,11 @@ void validateTraceColumns(TraceColumns const &c)
     fail("/model", "attribute sm_scale is " + std::to_string(c.shape.sm_scale) + ", must be finite and > 0");
   if (c.num_slots < 0 || c.num_slots > MAX_NUM_SLOTS)
     fail("/pool", "attribute num_slots is " + str(c.num_slots) + ", must be in [0, 2^40]");
+  if (kvDtypeHasScale(c.kv_dtype) && !(std::isfinite(c.kv_scale) && c.kv_scale > 0))
+    fail("/model", "attribute kv_scale is " + std::to_string(c.kv_scale) + ", must be finite and > 0");
+  if (!kvDtypeHasScale(c.kv_dtype) && c.kv_scale != 1.f)
+    fail("/model", "attribute kv_scale is " + std::to_string(c.kv_scale) + ", but a " + toString(c.kv_dtype) +
+                       " pool has no per-tensor scale");
 
   // Lengths and offsets.
   int64_t const R = c.numRows();
@@ -233,17 +239,28 @@ void validateTraceColumns(TraceColumns const &c)
   // Values.
   if (!c.has_values)
   {
-    if (!c.q.empty() || !c.kv.empty() || !c.out.empty())
+    if (!c.q.empty() || !c.kv.empty() || !c.out.empty() || !c.kv_fp8.empty())
       fail("/values", "q, kv or out given without has_values");
     return;
   }
   int64_t const H = c.shape.num_heads;
+  bool const fp8 = c.kv_dtype != KvDtype::kBf16;
+  int64_t const row_bytes = kvRowBytes(c.kv_dtype);
   checkLength(c.q, N * H * D_QK, "/values/q", "[N][num_heads][576]");
-  checkLength(c.kv, c.num_slots * D_QK, "/values/kv", "[num_slots][576]");
+  if (fp8)
+  {
+    checkLength(c.kv, 0, "/values/kv", "an " + toString(c.kv_dtype) + " pool is held as row bytes, not bf16");
+    checkLength(c.kv_fp8, c.num_slots * row_bytes, "/values/kv",
+                "[num_slots][" + str(row_bytes) + "] bytes of " + toString(c.kv_dtype) + " rows");
+  }
+  else
+  {
+    checkLength(c.kv_fp8, 0, "/values/kv", "a bf16 pool is held as bf16 bits, not bytes");
+    checkLength(c.kv, c.num_slots * D_QK, "/values/kv", "[num_slots][576]");
+  }
   if (!c.out.empty())
     checkLength(c.out, N * H * D_V, "/values/out", "[N][num_heads][512]");
   checkFinite(c.q, 0, c.q.size(), "/values/q", D_QK);
-  checkFinite(c.out, 0, c.out.size(), "/values/out", D_V);
   // Only rows some step reads must be finite: a recorded pool's unused rows hold whatever was there.
   std::vector<uint8_t> used(static_cast<size_t>(c.num_slots), 0);
   for (int64_t slot : c.kv_indices)
@@ -251,7 +268,20 @@ void validateTraceColumns(TraceColumns const &c)
   for (int64_t slot : c.out_cache_loc)
     used[static_cast<size_t>(slot)] = 1;
   for (size_t slot = 0; slot < used.size(); ++slot)
-    if (used[slot])
+  {
+    if (!used[slot])
+      continue;
+    if (!fp8)
+    {
       checkFinite(c.kv, slot * D_QK, (slot + 1) * D_QK, "/values/kv", D_QK);
+      continue;
+    }
+    std::string const problem = fp8RowProblem(c.kv_dtype, c.kv_fp8.data() + slot * static_cast<size_t>(row_bytes));
+    if (!problem.empty())
+      fail("/values/kv", "row " + str(static_cast<int64_t>(slot)) + " (a slot some step reads), " + problem +
+                             "; recorded values must be finite");
+  }
+  // After the inputs: an unreadable pool row is the cause when the expected output is NaN too.
+  checkFinite(c.out, 0, c.out.size(), "/values/out", D_V);
 }
 } // namespace canopy

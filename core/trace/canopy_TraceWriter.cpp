@@ -1,5 +1,6 @@
 /// \file canopy_TraceWriter.cpp
-/// \brief Trace writer: columns -> HDF5 groups, attributes and chunked, shuffled, deflated datasets.
+/// \brief Trace writer: columns -> HDF5 groups, attributes and chunked, shuffled, deflated datasets
+/// (version 1 for a bf16 pool, 2 for an FP8 one: traceFormatVersionFor).
 #include "canopy_TraceWriter.hpp"
 
 #include "canopy_Error.hpp"
@@ -23,7 +24,7 @@ void writeFile(hid_t file, TraceColumns const &c, TraceWriteOptions const &o)
 {
   WriteOptions const w{o.deflate_level, o.chunk_bytes};
   writeStringAttr(file, "format", TRACE_FORMAT_NAME);
-  writeInt64Attr(file, "version", TRACE_FORMAT_VERSION);
+  writeInt64Attr(file, "version", traceFormatVersionFor(c.kv_dtype));
   writeStringAttr(file, "source", c.source);
   writeStringAttr(file, "created", c.created.empty() ? isoTimestampNow() : c.created);
   {
@@ -32,7 +33,9 @@ void writeFile(hid_t file, TraceColumns const &c, TraceWriteOptions const &o)
     writeInt64Attr(model.get(), "d_latent", D_LATENT);
     writeInt64Attr(model.get(), "d_rope", D_ROPE);
     writeDoubleAttr(model.get(), "sm_scale", c.shape.sm_scale);
-    writeStringAttr(model.get(), "kv_dtype", "bf16");
+    writeStringAttr(model.get(), "kv_dtype", toString(c.kv_dtype));
+    if (kvDtypeHasScale(c.kv_dtype))
+      writeFloatAttr(model.get(), "kv_scale", c.kv_scale);
   }
   {
     Hid pool = createGroup(file, "pool");
@@ -71,7 +74,16 @@ void writeFile(hid_t file, TraceColumns const &c, TraceWriteOptions const &o)
       writeStringAttr(ds.get(), "dtype", "bfloat16");
     };
     put("q", c.q, {rows(c.q, H * D_QK), H, D_QK});
-    put("kv", c.kv, {rows(c.kv, D_QK), D_QK});
+    if (c.kv_dtype == KvDtype::kBf16)
+      put("kv", c.kv, {rows(c.kv, D_QK), D_QK});
+    else
+    {
+      // The pool as the serving stack holds it: raw row bytes, named by their dtype.
+      hsize_t const row = static_cast<hsize_t>(kvRowBytes(c.kv_dtype));
+      writeDataset(values.get(), "kv", IntKind::kUInt8, c.kv_fp8.data(), {c.kv_fp8.size() / row, row}, w);
+      Hid ds = ownDataset(H5Dopen2(values.get(), "kv", H5P_DEFAULT));
+      writeStringAttr(ds.get(), "dtype", toString(c.kv_dtype));
+    }
     if (!c.out.empty())
       put("out", c.out, {rows(c.out, H * D_V), H, D_V});
   }

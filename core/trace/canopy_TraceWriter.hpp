@@ -1,6 +1,6 @@
 /// \file canopy_TraceWriter.hpp
-/// \brief Writes verify traces (format v1): validated first, then written to a temporary file in the
-/// target's folder and renamed over it, so a reader never sees a half-written trace.
+/// \brief Writes verify traces (format v1, or v2 for an FP8 pool): validated first, then written to a
+/// temporary file in the target's folder and renamed over it, so a reader never sees a half-written trace.
 #pragma once
 
 #include "canopy_Trace.hpp"

@@ -17,7 +17,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -87,27 +89,59 @@ TraceColumns decodeColumns(Bytes &in)
     c.prefix_len[static_cast<size_t>(in.below(static_cast<int64_t>(c.prefix_len.size())))] += 1;
   if (in.chance(8) && !c.out_cache_loc.empty())
     c.out_cache_loc.pop_back();
+  // Format v2: an FP8 pool, its scale sometimes out of range.
+  if (in.chance(64))
+  {
+    c.kv_dtype = static_cast<KvDtype>(1 + in.below(3));
+    c.kv_scale = kvDtypeHasScale(c.kv_dtype) ? (in.chance(240) ? 0.25f : static_cast<float>(in.below(3)) - 1.0f) : 1.0f;
+  }
   if (in.chance(40) && c.numNodes() <= 24)
   {
     c.has_values = true;
     int64_t const H = c.shape.num_heads;
     int64_t const nq = c.numNodes() * H * D_QK + (in.chance(16) ? D_QK : 0);
     c.q.assign(static_cast<size_t>(std::max<int64_t>(nq, 0)), 0x3f80);  // 1.0
-    c.kv.assign(static_cast<size_t>(c.num_slots * D_QK), 0xbf00);       // -0.5
     if (in.chance(160))
       c.out.assign(static_cast<size_t>(c.numNodes() * H * D_V), 0x3f00);
-    if (!c.kv.empty() && in.chance(16))
-      c.kv[static_cast<size_t>(in.below(static_cast<int64_t>(c.kv.size())))] = 0x7fc0;  // NaN
+    if (c.kv_dtype == KvDtype::kBf16)
+    {
+      c.kv.assign(static_cast<size_t>(c.num_slots * D_QK), 0xbf00);  // -0.5
+      if (!c.kv.empty() && in.chance(16))
+        c.kv[static_cast<size_t>(in.below(static_cast<int64_t>(c.kv.size())))] = 0x7fc0;  // NaN
+    }
+    else
+    {
+      // Rows of 0x38 (1.0 in e4m3, 0.5 in e5m2); any byte poked, a scale or rope value among them.
+      int64_t const row = kvRowBytes(c.kv_dtype);
+      c.kv_fp8.assign(static_cast<size_t>(c.num_slots * row), 0x38);
+      for (int64_t slot = 0; c.kv_dtype == KvDtype::kFp8E4m3BlockScaled && slot < c.num_slots; ++slot)
+        for (int blk = 0; blk < KV_BLOCKS; ++blk)
+        {
+          float const one = 1.0f;
+          std::memcpy(c.kv_fp8.data() + slot * row + KV_BLOCKSCALED_SCALES_AT + 4 * blk, &one, 4);
+        }
+      if (!c.kv_fp8.empty() && in.chance(32))
+        c.kv_fp8[static_cast<size_t>(in.below(static_cast<int64_t>(c.kv_fp8.size())))] = in.next();
+    }
   }
   return c;
 }
 
-/// What an accepted trace promises: every step, every layout, valid SGLang buffers.
+/// What an accepted trace promises: every step, every layout, valid SGLang buffers; a recorded
+/// pool in the trace's dtype at its row width.
 void exerciseAccepted(TraceReader const &r)
 {
   for (int64_t s = 0; s < r.numSteps(); ++s)
     for (MaskLayout layout : {MaskLayout::kFull, MaskLayout::kTree, MaskLayout::kParents})
       validateMetadata(r.stepMetadata(s, layout), r.info().num_slots);
+  if (r.info().has_values && r.numSteps() > 0)
+  {
+    HostProblem const p = r.stepProblem(0, MaskLayout::kParents, 0);
+    size_t const want = static_cast<size_t>(p.num_slots) * static_cast<size_t>(kvRowBytes(p.kv_dtype));
+    if (p.kv_dtype != r.info().kv_dtype ||
+        (p.kv_dtype == KvDtype::kBf16 ? p.kv_pool.size() * 2 : p.kv_pool_fp8.size()) != want)
+      throw std::logic_error("accepted trace serves a pool that is not its dtype's");
+  }
   formatTraceStats(r.info(), computeTraceStats(r.columns()));
 }
 } // namespace
@@ -140,7 +174,8 @@ std::unique_ptr<TraceReader> readInput(uint8_t const *data, size_t size)
 } // namespace
 
 /// Seeds for the raw mode (scripts/fuzz-trace sets CANOPY_FUZZ_SEED_DIR): small valid traces as
-/// HDF5 images behind a 0 byte, compressed and not, with and without /values, so mutations start
+/// HDF5 images behind a 0 byte, compressed and not, with and without /values (bf16, and an FP8 pool
+/// in format v2), so mutations start
 /// from real superblocks, object headers, B-trees and heaps rather than from noise.
 extern "C" int LLVMFuzzerInitialize(int *, char ***)
 {
@@ -162,16 +197,23 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***)
   c.accepted = {2, 1, 2};
   c.request_offset = {0, 2, 3};
   int index = 0;
-  for (bool values : {false, true})
+  for (int variant : {0, 1, 2})  // metadata only; bf16 /values (v1); an fp8-e4m3 pool (v2)
     for (int level : {0, 4})
     {
       TraceColumns v = c;
-      if (values)
+      if (variant > 0)
       {
         v.has_values = true;
         v.q.assign(static_cast<size_t>(v.numNodes()) * D_QK, 0x3f80);
-        v.kv.assign(static_cast<size_t>(v.num_slots) * D_QK, 0x3f00);
         v.out.assign(static_cast<size_t>(v.numNodes()) * D_V, 0x3f00);
+        if (variant == 1)
+          v.kv.assign(static_cast<size_t>(v.num_slots) * D_QK, 0x3f00);
+        else
+        {
+          v.kv_dtype = KvDtype::kFp8E4m3;
+          v.kv_scale = 0.25f;
+          v.kv_fp8.assign(static_cast<size_t>(v.num_slots) * D_QK, 0x38);
+        }
       }
       TraceWriteOptions o;
       o.deflate_level = level;

@@ -86,6 +86,7 @@ std::map<int, Bucket> bucketize(StepSource const &src, ExperimentConfig const &c
     b.capacity.num_slots = std::max(b.capacity.num_slots, shape.num_slots);
     b.capacity.num_heads = shape.num_heads;
     b.bounds.num_heads = shape.num_heads;
+    b.bounds.kv_dtype = shape.kv_dtype;
   }
   return buckets;
 }
@@ -182,8 +183,10 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
       }
       storage->setMetadata(meta, p.shape);
       storage->uploadQueries(p.q);
-      if (!shared_pool)
+      if (!shared_pool && p.kv_dtype == KvDtype::kBf16)
         storage->uploadPool(p.kv_pool);
+      else if (!shared_pool)
+        storage->uploadFp8Pool(p.kv_pool_fp8, p.kv_dtype, p.kv_scale);
       if (!prepared)
       {
         // Eager warm-up first (module load, scratch growth, 'grow' workspaces), then capture.

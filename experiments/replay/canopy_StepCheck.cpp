@@ -18,7 +18,7 @@ std::vector<double> const &ReferenceCache::get(StepSource const &src, int64_t st
       ref.kv_pool = pool->data();
       ref.num_slots = static_cast<int64_t>(pool->size() / D_QK);
     }
-    it = _cache.emplace(key, referenceAttention(ref)).first;
+    it = _cache.emplace(key, referenceAttention(ref, _numerics)).first;
   }
   return it->second;
 }

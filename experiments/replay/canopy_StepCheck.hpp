@@ -16,10 +16,13 @@ namespace canopy
 class ReferenceCache
 {
 public:
+  /// \param numerics the references' Q and P casts (referenceAttention)
+  explicit ReferenceCache(Numerics numerics = Numerics::kDequant) : _numerics(numerics) {}
   /// \param problem the step; its pool is \p src.sharedPool() when that is set
   std::vector<double> const &get(StepSource const &src, int64_t step, HostProblem const &problem);
 
 private:
+  Numerics _numerics;
   std::map<std::pair<std::string, int64_t>, std::vector<double>> _cache;
 };
 

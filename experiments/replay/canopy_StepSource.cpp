@@ -40,7 +40,7 @@ public:
   StepShape shape(int64_t s, MaskLayout layout) const override
   {
     HostProblem p = make(s, layout, false);
-    return {std::move(p.meta), p.num_slots, p.shape.num_heads};
+    return {std::move(p.meta), p.num_slots, p.shape.num_heads, _opt.kv_dtype};
   }
   HostProblem problem(int64_t s, MaskLayout layout) const override { return make(s, layout, true); }
   double hostBytes() const override
@@ -103,55 +103,43 @@ public:
   StepShape shape(int64_t s, MaskLayout layout) const override
   {
     if (!recordedValues())
-      sharedPool();  // sizes _pool_slots
+      seededPool();  // sizes _pool_slots
     return {_reader.stepMetadata(s, layout), recordedValues() ? _reader.info().num_slots : _pool_slots,
-            _reader.info().shape.num_heads};
+            _reader.info().shape.num_heads, _reader.info().kv_dtype};
   }
   HostProblem problem(int64_t s, MaskLayout layout) const override
   {
     if (recordedValues())
       return _reader.stepProblem(s, layout, _seed);
-    HostProblem p = stepWithoutPool(s, layout);
-    p.kv_pool = *sharedPool();
+    HostProblem p = seededStep(s, layout);
+    if (fp8())
+    {
+      p.kv_dtype = _reader.info().kv_dtype;
+      p.kv_scale = _reader.info().kv_scale;
+      p.kv_pool_fp8 = _pool_fp8;
+    }
+    else
+      p.kv_pool = *seededPool();
     return p;
   }
   std::vector<uint16_t> const *sharedPool() const override
   {
-    if (recordedValues())
-      return nullptr;
-    if (_pool.empty())
-    {
-      // Seeded values for the slots the trace uses (a recorded pool may be far larger than its
-      // highest slot); generated once, so steps cost only their queries.
-      _pool_slots = std::max<int64_t>(slotsUsed(), 1);
-      _pool.resize(static_cast<size_t>(_pool_slots) * D_QK);
-      SplitMix64 rng(_seed ^ 0x6a09e667f3bcc909ull);
-      for (auto &x : _pool)
-        x = floatToBf16(rng.uniformSigned());
-    }
-    return &_pool;
+    // The shared pool is a bf16 one; an FP8 trace's seeded pool travels with each step's problem.
+    return recordedValues() || fp8() ? nullptr : seededPool();
   }
   HostProblem stepWithoutPool(int64_t s, MaskLayout layout) const override
   {
-    if (recordedValues())
+    if (recordedValues() || fp8())
       return problem(s, layout);
-    sharedPool();
-    HostProblem p;
-    p.shape = _reader.info().shape;
-    p.meta = _reader.stepMetadata(s, layout);
-    p.num_slots = _pool_slots;
-    p.q.resize(static_cast<size_t>(p.meta.numNodes()) * p.shape.num_heads * D_QK);
-    SplitMix64 rng(_seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(s + 1));
-    for (auto &x : p.q)
-      x = floatToBf16(rng.uniformSigned());
-    return p;
+    return seededStep(s, layout);
   }
   std::vector<uint16_t> expectedOutput(int64_t s) const override { return _reader.expectedOutput(s); }
   bool recordedValues() const override { return _reader.info().has_values; }
   double hostBytes() const override
   {
-    // The pool: the recorded one, or the seeded one over the slots the steps use (a trace may name
-    // any slot below num_slots); then the largest step's own buffers.
+    // The pool at its stored width (an FP8 pool's bytes, not bf16's): the recorded one, or the
+    // seeded one over the slots the steps use (a trace may name any slot below num_slots); then
+    // the largest step's own buffers.
     double step = 0;
     int const heads = _reader.info().shape.num_heads;
     for (int64_t s = 0; s < _steps; ++s)
@@ -164,10 +152,48 @@ public:
       step = std::max(step, nodes * heads * (D_QK * 2 + D_V * (8 + 2)) + (prefix + nodes) * 8 + mask);
     }
     double const slots = static_cast<double>(recordedValues() ? _reader.info().num_slots : slotsUsed());
-    return slots * D_QK * 2 + step;
+    return slots * kvRowBytes(_reader.info().kv_dtype) + step;
   }
 
 private:
+  bool fp8() const { return _reader.info().kv_dtype != KvDtype::kBf16; }
+
+  /// Seeded values for the slots the trace uses (a recorded pool may be far larger than its
+  /// highest slot); generated once, so steps cost only their queries. An FP8 trace's pool is
+  /// quantised once from them, as the trace says its pool is stored, and only those bytes are kept.
+  std::vector<uint16_t> const *seededPool() const
+  {
+    if (_pool.empty() && _pool_fp8.empty())
+    {
+      _pool_slots = std::max<int64_t>(slotsUsed(), 1);
+      HostProblem seeded;
+      seeded.num_slots = _pool_slots;
+      seeded.kv_pool.resize(static_cast<size_t>(_pool_slots) * D_QK);
+      SplitMix64 rng(_seed ^ 0x6a09e667f3bcc909ull);
+      for (auto &x : seeded.kv_pool)
+        x = floatToBf16(rng.uniformSigned());
+      quantiseSeededPool(seeded, _reader.info(), _path);
+      _pool = std::move(seeded.kv_pool);
+      _pool_fp8 = std::move(seeded.kv_pool_fp8);
+    }
+    return &_pool;
+  }
+
+  /// Metadata and seeded queries of step \p s, no pool.
+  HostProblem seededStep(int64_t s, MaskLayout layout) const
+  {
+    seededPool();
+    HostProblem p;
+    p.shape = _reader.info().shape;
+    p.meta = _reader.stepMetadata(s, layout);
+    p.num_slots = _pool_slots;
+    p.q.resize(static_cast<size_t>(p.meta.numNodes()) * p.shape.num_heads * D_QK);
+    SplitMix64 rng(_seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(s + 1));
+    for (auto &x : p.q)
+      x = floatToBf16(rng.uniformSigned());
+    return p;
+  }
+
   /// One past the highest slot a step uses.
   int64_t slotsUsed() const
   {
@@ -188,7 +214,8 @@ private:
   mutable InputAxes _axes;
   uint64_t _seed;
   int64_t _steps = 0;
-  mutable std::vector<uint16_t> _pool;
+  mutable std::vector<uint16_t> _pool;     ///< seeded bf16 pool (empty for an FP8 trace)
+  mutable std::vector<uint8_t> _pool_fp8;  ///< seeded pool as an FP8 trace stores it
   mutable int64_t _pool_slots = 0;
 };
 #endif

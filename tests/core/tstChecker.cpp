@@ -6,6 +6,7 @@
 /// visible tree keys do); a design must pass both.
 #include "canopy_Bf16.hpp"
 #include "canopy_Generator.hpp"
+#include "canopy_KvQuant.hpp"
 #include "canopy_Reference.hpp"
 #include "canopy_TestSeed.hpp"
 
@@ -87,6 +88,39 @@ TEST(Checker, treeDominantValuesPutTheAttentionOnTheTree)
       EXPECT_GT(self_only, 10 * no_prefix) << "self-only " << self_only << ", no-prefix " << no_prefix;
     else
       EXPECT_GT(no_prefix, 10 * self_only) << "self-only " << self_only << ", no-prefix " << no_prefix;
+  }
+}
+
+TEST(Checker, treeDominantValuesOfAnFp8PoolStayInItsDtypeAndPutTheAttentionOnTheTree)
+{
+  // A pool already stored as FP8 (a trace's seeded pool) made tree-dominant afterwards: only the
+  // tree rows change, they stay in the pool's dtype and scale, and the attention moves to the tree.
+  for (KvDtype dtype : {KvDtype::kFp8E4m3, KvDtype::kFp8E5m2, KvDtype::kFp8E4m3BlockScaled})
+  {
+    SCOPED_TRACE(toString(dtype));
+    HostProblem p = problemAt(4096, ValueMode::kRandom);
+    quantisePool(p, dtype, dtype == KvDtype::kFp8E4m3BlockScaled ? 1.0f : 0.0371f);
+    HostProblem const before = p;
+    makeTreeDominant(p, 77);
+    EXPECT_EQ(p.kv_dtype, dtype);
+    EXPECT_EQ(p.kv_scale, before.kv_scale);
+    ASSERT_EQ(p.kv_pool_fp8.size(), before.kv_pool_fp8.size());
+    size_t const row = static_cast<size_t>(kvRowBytes(dtype));
+    auto rowOf = [row](HostProblem const &h, int64_t slot) {
+      return std::vector<uint8_t>(h.kv_pool_fp8.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(slot) * row),
+                                  h.kv_pool_fp8.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(slot + 1) * row));
+    };
+    for (int64_t slot : p.meta.kv_indices)
+      ASSERT_EQ(rowOf(p, slot), rowOf(before, slot)) << "prefix slot " << slot;
+    for (int64_t slot : p.meta.out_cache_loc)
+    {
+      EXPECT_NE(rowOf(p, slot), rowOf(before, slot)) << "tree slot " << slot;
+      EXPECT_EQ(fp8RowProblem(dtype, p.kv_pool_fp8.data() + static_cast<size_t>(slot) * row), "");
+    }
+    std::vector<double> const ref = referenceAttention(p);
+    double const no_prefix = compareToReference(ref, asBf16(mutatedReference(p, Mutation::kNoPrefix)).data(), ref.size()).rel_l2;
+    double const self_only = compareToReference(ref, asBf16(mutatedReference(p, Mutation::kSelfOnly)).data(), ref.size()).rel_l2;
+    EXPECT_GT(self_only, 10 * no_prefix) << "self-only " << self_only << ", no-prefix " << no_prefix;
   }
 }
 

@@ -97,6 +97,70 @@ TEST(Replay, aTraceWhoseSeededPoolCannotFitIsRefusedBeforeAnyWork)
 }
 #endif
 
+#ifdef CANOPY_HAVE_TRACE
+TEST(Replay, anFp8TraceIsEstimatedAndReplayedAtItsStoredWidth)
+{
+  // The same step with a bf16 pool and with each FP8 pool: the memory estimate counts the pool's
+  // stored bytes (not bf16's), the steps carry the trace's dtype and scale, and canopy run's engine
+  // replays and checks them with the reference design.
+  TraceContent t;
+  t.source = "test";
+  t.shape.num_heads = 2;
+  t.num_slots = 64;
+  TraceRequest r;
+  r.request_id = 1;
+  r.spec.prefix_slots = {3, 4, 5, 9};
+  r.spec.parent = {-1, 0, 0};
+  r.spec.tree_slots = {10, 11, 12};
+  t.steps.push_back(TraceStep{{r}});
+  auto const dir = std::filesystem::temp_directory_path();
+  std::string const bf16_path = (dir / "canopy_fp8_replay_bf16.h5").string();
+  writeTrace(bf16_path, t);
+  double const bf16_bytes = makeTraceSource(bf16_path, 0, 1)->hostBytes();
+  double const slots_used = 13;  // the seeded pool covers slots 0 .. 12
+  for (KvDtype dtype : {KvDtype::kFp8E4m3, KvDtype::kFp8E5m2, KvDtype::kFp8E4m3BlockScaled})
+  {
+    SCOPED_TRACE(toString(dtype));
+    t.kv_dtype = dtype;
+    t.kv_scale = dtype == KvDtype::kFp8E4m3BlockScaled ? 1.0f : 0.25f;
+    std::string const path = (dir / ("canopy_fp8_replay_" + toString(dtype) + ".h5")).string();
+    writeTrace(path, t);
+    auto const src = makeTraceSource(path, 0, 1);
+    EXPECT_DOUBLE_EQ(bf16_bytes - src->hostBytes(), slots_used * (2 * D_QK - kvRowBytes(dtype)));
+    EXPECT_EQ(src->sharedPool(), nullptr) << "the shared pool is a bf16 one";
+    EXPECT_EQ(src->shape(0, MaskLayout::kParents).kv_dtype, dtype);
+    HostProblem const p = src->problem(0, MaskLayout::kParents);
+    EXPECT_EQ(p.kv_dtype, dtype);
+    EXPECT_EQ(p.kv_scale, t.kv_scale);
+    EXPECT_TRUE(p.kv_pool.empty());
+    EXPECT_EQ(p.kv_pool_fp8.size(), static_cast<size_t>(slots_used) * kvRowBytes(dtype));
+    EXPECT_EQ(src->stepWithoutPool(0, MaskLayout::kParents).kv_pool_fp8, p.kv_pool_fp8);
+
+    ExperimentConfig const c = parseExperimentConfig(R"(
+[experiment]
+repetitions = 1
+warmup = 0
+[inputs]
+traces = [")" + path + R"("]
+[designs]
+names = ["reference"]
+[options]
+mask = ["parents"]
+buckets = [1]
+)",
+                                                     "fp8.toml");
+    ResultSet const rs = runExperiment(c);
+    ASSERT_EQ(rs.rows.size(), 1u);
+    EXPECT_EQ(rs.rows[0].status, RowStatus::kOk) << rs.rows[0].note;
+    EXPECT_EQ(rs.rows[0].checked_steps, 1);
+    EXPECT_GT(rs.rows[0].rel_l2, 0);
+    EXPECT_LT(rs.rows[0].rel_l2, 4e-3);
+    std::filesystem::remove(path);
+  }
+  std::filesystem::remove(bf16_path);
+}
+#endif
+
 TEST(Replay, rowsPerCombinationAndBucket)
 {
   ExperimentConfig const c = smallConfig();

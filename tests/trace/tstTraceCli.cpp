@@ -122,6 +122,119 @@ TEST(TraceCli, valuesTraceChecksAgainstTheReference)
   EXPECT_NE(nv.err.find("/values/out"), std::string::npos) << nv.err;
 }
 
+TEST(TraceCli, fp8SynthInfoValidateAndCheck)
+{
+  std::string const cfg = writeFile("f.toml", std::string(TINY_CONFIG) + "[values]\nenabled = true\n");
+  struct Case
+  {
+    std::string flags, dtype, scale_text;
+    int row_bytes;
+  };
+  std::vector<Case> const cases = {
+      {"--kv-dtype fp8-e4m3 --kv-scale 0.0371", "fp8-e4m3", "scale 0.0370999984", 576},
+      {"--kv-dtype fp8-e5m2 --kv-scale 0.5", "fp8-e5m2", "scale 0.5,", 576},
+      {"--kv-dtype fp8-e4m3-blockscaled", "fp8-e4m3-blockscaled", "scale per-block scales", 656},
+  };
+  for (auto const &c : cases)
+  {
+    SCOPED_TRACE(c.flags);
+    std::string const trace = tempPath("f.h5");
+    Result const s = canopy("trace synth -c " + cfg + " -o " + trace + " --steps 2 --num-slots 400 --heads 2 " +
+                            c.flags + " --overwrite");
+    ASSERT_EQ(s.code, 0) << s.err;
+    EXPECT_NE(s.out.find("kv dtype " + c.dtype), std::string::npos) << s.out;
+    TraceReader const r(trace);
+    EXPECT_EQ(toString(r.info().kv_dtype), c.dtype);
+    EXPECT_EQ(r.info().format_version, 2);
+    EXPECT_EQ(r.columns().kv_fp8.size(), 400u * static_cast<size_t>(c.row_bytes));
+
+    Result const i = canopy("trace info " + trace);
+    EXPECT_EQ(i.code, 0) << i.err;
+    EXPECT_NE(i.out.find("v2)"), std::string::npos) << i.out;
+    EXPECT_NE(i.out.find("kv: dtype " + c.dtype + ", " + c.scale_text), std::string::npos) << i.out;
+    EXPECT_NE(i.out.find(std::to_string(c.row_bytes) + " bytes per row"), std::string::npos) << i.out;
+    char mb[64];
+    std::snprintf(mb, sizeof(mb), "%.6g MB", 400.0 * c.row_bytes * 1e-6);  // FP8 bytes, not bf16's 1152
+    EXPECT_NE(i.out.find(mb), std::string::npos) << i.out;
+
+    Result const v = canopy("trace validate --check-values " + trace);
+    EXPECT_EQ(v.code, 0) << v.out << v.err;
+    EXPECT_NE(v.out.find("valid format v2 trace"), std::string::npos) << v.out;
+    EXPECT_NE(v.out.find("kv " + c.dtype), std::string::npos) << v.out;
+    EXPECT_NE(v.out.find("matches the fp64 reference"), std::string::npos) << v.out;
+    // The reference design replays the trace's FP8 pool against the recorded output.
+    Result const k = canopy("check --designs reference --trace " + trace);
+    EXPECT_EQ(k.code, 0) << k.out << k.err;
+    EXPECT_NE(k.out.find("kv dtype " + c.dtype), std::string::npos) << k.out;
+    EXPECT_NE(k.out.find("| pass"), std::string::npos) << k.out;
+  }
+  // A metadata-only FP8 trace replays seeded values stored in its dtype, in both numerics.
+  std::string const meta = tempPath("meta.h5");
+  ASSERT_EQ(canopy("trace synth -q -c " + writeFile("m.toml", TINY_CONFIG) + " -o " + meta +
+                   " --steps 2 --kv-dtype fp8-e5m2 --kv-scale 0.25")
+                .code,
+            0);
+  EXPECT_EQ(TraceReader(meta).info().kv_dtype, KvDtype::kFp8E5m2);
+  for (char const *numerics : {"dequant", "fp8-mma"})
+  {
+    Result const k = canopy("check --designs reference --trace " + meta + " --numerics " + numerics);
+    EXPECT_EQ(k.code, 0) << k.out << k.err;
+    EXPECT_NE(k.out.find(std::string("numerics ") + numerics), std::string::npos) << k.out;
+  }
+  // A bf16 trace stays format v1 (readable by v1 readers); info says so.
+  std::string const bf16 = tempPath("bf16.h5");
+  ASSERT_EQ(canopy("trace synth -q -c " + writeFile("b.toml", TINY_CONFIG) + " -o " + bf16 + " --steps 2").code, 0);
+  Result const i = canopy("trace info " + bf16);
+  EXPECT_NE(i.out.find("v1)"), std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("kv: dtype bf16, scale none, 1152 bytes per row"), std::string::npos) << i.out;
+}
+
+TEST(TraceCli, badFp8InputExitsTwoNamingIt)
+{
+  std::string const cfg = writeFile("t.toml", TINY_CONFIG);
+  std::string const never = tempPath("never.h5");
+  struct Case
+  {
+    std::string args, needle;
+  };
+  std::vector<Case> const cases = {
+      {"--kv-dtype fp8-e4m3 --kv-scale 0", "--kv-scale: must be finite and > 0"},
+      {"--kv-dtype fp8-e4m3 --kv-scale -1", "--kv-scale"},
+      {"--kv-dtype fp8-e5m2 --kv-scale nan", "--kv-scale"},
+      {"--kv-dtype fp8-e5m2 --kv-scale inf", "--kv-scale"},
+      {"--kv-dtype fp8-e4m3-blockscaled --kv-scale 2", "--kv-scale: applies to kv dtype fp8-e4m3 and fp8-e5m2 only"},
+      {"--kv-scale 2", "--kv-scale: applies to"},
+      {"--kv-dtype fp8", "--kv-dtype"},
+      // Seeded values in [-1, 1] divided by 1/1000 overflow e4m3 (NaN above 448): refused, not written.
+      {"--kv-dtype fp8-e4m3 --kv-scale 0.001 --values", "model.kv_scale: 0.001"},
+  };
+  for (auto const &c : cases)
+  {
+    Result const r = canopy("trace synth -c " + cfg + " -o " + never + " --steps 2 " + c.args);
+    EXPECT_EQ(r.code, 2) << c.args << ": " << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << " -> " << r.err;
+    EXPECT_FALSE(std::filesystem::exists(never)) << c.args;
+  }
+  for (std::string const toml : {"[model]\nkv_dtype = \"fp8-e4m4\"\n", "[model]\nkv_dtype = \"fp8-e4m3\"\nkv_scale = 0.0\n",
+                                 "[model]\nkv_scale = 0.5\n"})
+  {
+    Result const r = canopy("trace synth -c " + writeFile("bad.toml", toml) + " -o " + never);
+    EXPECT_EQ(r.code, 2) << toml;
+    EXPECT_NE(r.err.find("model.kv_"), std::string::npos) << toml << " -> " << r.err;
+  }
+  // check: the trace fixes the dtype; fp8-mma needs a one-scale FP8 trace.
+  std::string const bf16 = tempPath("bf16.h5");
+  ASSERT_EQ(canopy("trace synth -q -c " + cfg + " -o " + bf16 + " --steps 2").code, 0);
+  Result const both = canopy("check --designs reference --trace " + bf16 + " --kv-dtype fp8-e4m3");
+  EXPECT_EQ(both.code, 2);
+  EXPECT_NE(both.err.find("--kv-dtype and --trace"), std::string::npos) << both.err;
+  Result const mma = canopy("check --designs reference --trace " + bf16 + " --numerics fp8-mma");
+  EXPECT_EQ(mma.code, 2);
+  EXPECT_NE(mma.err.find("--numerics: numerics fp8-mma needs kv dtype fp8-e4m3 or fp8-e5m2, not bf16"),
+            std::string::npos)
+      << mma.err;
+}
+
 TEST(TraceCli, badFilesExitTwoNamingTheDataset)
 {
   TraceColumns c = smallColumns(2);

@@ -10,8 +10,10 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <unistd.h>
 
 namespace canopy::test
@@ -85,13 +87,17 @@ TEST(TraceMalformed, formatAndVersionAttributes)
       {[](H5Edit &e) { e.setStringAttr("/", "format", "other-trace"); }, {"attribute format", "other-trace"}},
       {[](H5Edit &e) { e.setIntAttr("/", "format", 1); }, {"attribute format", "must be a string"}},
       {[](H5Edit &e) { e.removeAttr("/", "version"); }, {"attribute version", "missing"}},
-      {[](H5Edit &e) { e.setIntAttr("/", "version", 2); }, {"attribute version is 2"}},
+      {[](H5Edit &e) { e.setIntAttr("/", "version", 3); }, {"attribute version is 3", "versions 1 and 2"}},
+      {[](H5Edit &e) { e.setIntAttr("/", "version", 0); }, {"attribute version is 0"}},
       {[](H5Edit &e) { e.setStringAttr("/", "version", "1"); }, {"attribute version", "must be a integer"}},
       {[](H5Edit &e) { e.setStringAttr("/", "created", "yesterday"); }, {"attribute created", "ISO-8601"}},
       {[](H5Edit &e) { e.removeAttr("/", "source"); }, {"attribute source", "missing"}},
       {[](H5Edit &e) { e.setIntAttr("/model", "num_heads", 0); }, {"/model", "num_heads is 0"}},
       {[](H5Edit &e) { e.setIntAttr("/model", "d_latent", 256); }, {"/model", "d_latent = 256"}},
       {[](H5Edit &e) { e.setStringAttr("/model", "kv_dtype", "fp8"); }, {"/model", "kv_dtype", "fp8"}},
+      // Version 1 holds bf16 pools only, whatever its kv_dtype says.
+      {[](H5Edit &e) { e.setStringAttr("/model", "kv_dtype", "fp8-e4m3"); },
+       {"/model", "kv_dtype is 'fp8-e4m3'", "version 1", "needs version 2"}},
       {[](H5Edit &e) { e.setDoubleAttr("/model", "sm_scale", -1.0); }, {"/model", "sm_scale"}},
       {[](H5Edit &e) { e.setIntAttr("/model", "sm_scale", 1); }, {"/model attribute sm_scale", "floating-point"}},
       {[](H5Edit &e) { e.removeAttr("/pool", "num_slots"); }, {"/pool attribute num_slots", "missing"}},
@@ -430,6 +436,164 @@ TEST(TraceMalformed, valuesMustHaveTheirShapesAndBeFinite)
       e.replace("/values/q", H5T_STD_I16LE, H5T_NATIVE_INT16, q16.data(), {N, static_cast<hsize_t>(H), D_QK});
     }
     expectInputError([&] { TraceReader r(path); }, {"/values/q", "int16", "expected uint16"});
+  }
+}
+
+// ---- format v2: the KV dtype, its scale and the FP8 pool -----------------------------------------
+namespace
+{
+/// A valid v2 trace of \p dtype with recorded values (the pool quantised as the serving stacks do).
+TraceColumns fp8Good(KvDtype dtype)
+{
+  TraceColumns c = smallColumns(21);
+  c.kv_dtype = dtype;
+  c.kv_scale = dtype == KvDtype::kFp8E4m3BlockScaled ? 1.0f : 0.0371f;
+  addSyntheticValues(c, 120);
+  return c;
+}
+
+/// Two slots some step reads, the smaller first.
+std::pair<int64_t, int64_t> twoUsedSlots(TraceColumns const &c)
+{
+  int64_t const a = c.kv_indices.empty() ? c.out_cache_loc[1] : c.kv_indices[0];
+  int64_t const b = c.out_cache_loc[0];
+  return {std::min(a, b), std::max(a, b)};
+}
+} // namespace
+
+TEST(TraceMalformed, fp8AttributesAreCheckedByName)
+{
+  struct Case
+  {
+    KvDtype dtype;
+    std::function<void(H5Edit &)> edit;
+    std::vector<std::string> needles;
+  };
+  KvDtype const e4m3 = KvDtype::kFp8E4m3, block = KvDtype::kFp8E4m3BlockScaled;
+  std::vector<Case> const cases = {
+      {e4m3, [](H5Edit &e) { e.setStringAttr("/model", "kv_dtype", "fp8-e4m3fn"); },
+       {"/model attribute kv_dtype", "unknown kv dtype 'fp8-e4m3fn'", "fp8-e4m3-blockscaled"}},
+      {e4m3, [](H5Edit &e) { e.setIntAttr("/", "version", 1); }, {"/model", "kv_dtype is 'fp8-e4m3'", "version 1"}},
+      {e4m3, [](H5Edit &e) { e.removeAttr("/model", "kv_scale"); }, {"/model attribute kv_scale", "missing", "k_scale"}},
+      {e4m3, [](H5Edit &e) { e.setDoubleAttr("/model", "kv_scale", 0.5); }, {"/model attribute kv_scale", "float32", "64-bit"}},
+      {e4m3, [](H5Edit &e) { e.setStringAttr("/model", "kv_scale", "0.5"); },
+       {"/model attribute kv_scale", "floating-point"}},
+      {block, [](H5Edit &e) { e.setDoubleAttr("/model", "kv_scale", 1.0); },
+       {"/model attribute kv_scale", "present", "fp8-e4m3-blockscaled", "block scales"}},
+      // The pool dataset: its integer type, its dtype attribute and its row width are the dtype's.
+      {e4m3, [](H5Edit &e) { e.setStringAttr("/values/kv", "dtype", "bfloat16"); },
+       {"/values/kv", "attribute dtype is 'bfloat16'", "expected 'fp8-e4m3'"}},
+      {e4m3, [](H5Edit &e) { e.setStringAttr("/values/kv", "dtype", "fp8-e5m2"); },
+       {"/values/kv", "attribute dtype is 'fp8-e5m2'", "expected 'fp8-e4m3'"}},
+      {e4m3, [](H5Edit &e) { e.removeAttr("/values/kv", "dtype"); }, {"/values/kv attribute dtype", "missing"}},
+      {e4m3,
+       [](H5Edit &e) {
+         std::vector<uint16_t> const bf16(64 * D_QK, 0x3f80);  // a bf16 pool in an FP8 trace
+         e.replace("/values/kv", H5T_STD_U16LE, H5T_NATIVE_UINT16, bf16.data(), {64, D_QK});
+       },
+       {"/values/kv", "uint16", "expected uint8"}},
+      {block,
+       [](H5Edit &e) {
+         std::vector<uint8_t> const rows(1024 * D_QK, 0x38);  // 576-byte rows where the layout has 656
+         e.replace("/values/kv", H5T_STD_U8LE, H5T_NATIVE_UINT8, rows.data(), {1024, D_QK});
+         e.setStringAttr("/values/kv", "dtype", "fp8-e4m3-blockscaled");
+       },
+       {"/values/kv", "has shape [1024][576]", "expected [1024][656]", "fp8-e4m3-blockscaled row", "dimension 1"}},
+  };
+  for (size_t i = 0; i < cases.size(); ++i)
+  {
+    SCOPED_TRACE("case " + std::to_string(i));
+    std::string const path = tempPath("fp8-attr.h5");
+    TraceColumns const c = fp8Good(cases[i].dtype);
+    ASSERT_EQ(c.num_slots, 1024);
+    writeTraceColumns(path, c);
+    {
+      H5Edit e(path);
+      cases[i].edit(e);
+    }
+    expectInputError([&] { TraceReader r(path); }, cases[i].needles);
+  }
+}
+
+TEST(TraceMalformed, fp8ScaleMustBeFiniteAndPositive)
+{
+  for (KvDtype dtype : {KvDtype::kFp8E4m3, KvDtype::kFp8E5m2})
+    for (float scale : {0.0f, -0.5f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()})
+    {
+      SCOPED_TRACE(toString(dtype) + " scale " + std::to_string(scale));
+      TraceColumns c = fp8Good(dtype);
+      c.kv_scale = scale;
+      expectRejected(c, {"/model", "attribute kv_scale is", "must be finite and > 0"});
+      // The writer refuses it before anything is written.
+      std::string const path = tempPath("never.h5");
+      expectInputError([&] { writeTraceColumns(path, c); }, {"refusing", "kv_scale"});
+      EXPECT_FALSE(std::filesystem::exists(path));
+    }
+}
+
+TEST(TraceMalformed, fp8PoolRowsSomeStepReadsMustBeReadable)
+{
+  auto byteCase = [](KvDtype dtype, int column, uint8_t byte, std::vector<std::string> needles) {
+    SCOPED_TRACE(toString(dtype) + " column " + std::to_string(column) + " byte " + std::to_string(byte));
+    TraceColumns c = fp8Good(dtype);
+    auto const [first, second] = twoUsedSlots(c);
+    size_t const row = static_cast<size_t>(kvRowBytes(dtype));
+    c.kv_fp8[static_cast<size_t>(second) * row + static_cast<size_t>(column)] = byte;
+    c.kv_fp8[static_cast<size_t>(first) * row + static_cast<size_t>(column)] = byte;
+    needles.insert(needles.begin(), {"/values/kv", "row " + std::to_string(first) + " "});
+    expectRejected(c, needles);
+  };
+  // e4m3fn: S.1111.111 is NaN (no infinity).
+  byteCase(KvDtype::kFp8E4m3, 4, 0x7f, {"column 4 ", "0x7f", "a NaN encoding in e4m3fn"});
+  byteCase(KvDtype::kFp8E4m3, 575, 0xff, {"column 575 ", "0xff", "NaN"});
+  // e5m2: exponent all ones is infinity (mantissa 0) or NaN.
+  byteCase(KvDtype::kFp8E5m2, 0, 0x7c, {"column 0 ", "0x7c", "infinity in e5m2"});
+  byteCase(KvDtype::kFp8E5m2, 300, 0xfd, {"column 300 ", "0xfd", "a NaN encoding in e5m2"});
+  byteCase(KvDtype::kFp8E4m3BlockScaled, 511, 0xff, {"column 511 ", "NaN"});
+  // Block-scaled rows: a block scale that is not finite and > 0; a rope value that is NaN or Inf.
+  auto put = [](std::vector<uint8_t> &bytes, size_t at, auto value) { std::memcpy(bytes.data() + at, &value, sizeof(value)); };
+  for (float scale : {0.0f, -1.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()})
+  {
+    SCOPED_TRACE("block scale " + std::to_string(scale));
+    TraceColumns c = fp8Good(KvDtype::kFp8E4m3BlockScaled);
+    int64_t const slot = twoUsedSlots(c).first;
+    put(c.kv_fp8, static_cast<size_t>(slot) * 656 + KV_BLOCKSCALED_SCALES_AT + 4 * 2, scale);
+    expectRejected(c, {"/values/kv", "row " + std::to_string(slot) + " ", "block scale 2", "bytes 520..523",
+                       "must be finite and > 0"});
+  }
+  for (uint16_t bits : {uint16_t{0x7fc0}, uint16_t{0xff80}})
+  {
+    SCOPED_TRACE("rope bits " + std::to_string(bits));
+    TraceColumns c = fp8Good(KvDtype::kFp8E4m3BlockScaled);
+    int64_t const slot = twoUsedSlots(c).first;
+    put(c.kv_fp8, static_cast<size_t>(slot) * 656 + KV_BLOCKSCALED_ROPE_AT + 2 * 5, bits);
+    expectRejected(c, {"/values/kv", "row " + std::to_string(slot) + " ", "column 517", "rope value 5",
+                       bits == 0x7fc0 ? "NaN" : "Inf"});
+  }
+  // What is refused is unreadable bytes, not large ones: the largest finite values read, and so
+  // does any byte in a row no step reads (slot 0 is the padding slot a recorded pool holds stale).
+  for (KvDtype dtype : {KvDtype::kFp8E4m3, KvDtype::kFp8E5m2, KvDtype::kFp8E4m3BlockScaled})
+  {
+    SCOPED_TRACE(toString(dtype));
+    TraceColumns c = fp8Good(dtype);
+    size_t const row = static_cast<size_t>(kvRowBytes(dtype));
+    uint8_t const largest = dtype == KvDtype::kFp8E5m2 ? 0x7b : 0x7e;  // 57344, 448
+    c.kv_fp8[static_cast<size_t>(twoUsedSlots(c).first) * row + 3] = largest;
+    std::fill(c.kv_fp8.begin(), c.kv_fp8.begin() + static_cast<std::ptrdiff_t>(row), uint8_t{0xff});
+    std::string const path = tempPath("ok.h5");
+    Impl::writeColumnsUnchecked(path, c);
+    EXPECT_NO_THROW(TraceReader{path});
+  }
+  // The pool's length is the dtype's row width times num_slots, and an FP8 pool is not also bf16.
+  {
+    TraceColumns c = fp8Good(KvDtype::kFp8E5m2);
+    c.kv_fp8.resize(c.kv_fp8.size() - 2 * D_QK);
+    expectRejected(c, {"/values/kv", "has shape", "dimension 0"});
+  }
+  {
+    TraceColumns c = fp8Good(KvDtype::kFp8E4m3);
+    c.kv.assign(static_cast<size_t>(c.num_slots) * D_QK, 0);
+    expectInputError([&] { validateTraceColumns(c); }, {"/values/kv", "held as row bytes, not bf16"});
   }
 }
 

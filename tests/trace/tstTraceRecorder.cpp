@@ -1,13 +1,17 @@
 /// \file tstTraceRecorder.cpp
 /// \brief Files written by experiments/tools/trace_recorder.py (from numpy arrays, by
 /// recorder_roundtrip.py) read back as the same steps: requests, ids, accepted lengths, SGLang
-/// buffers in the full layout (mask built independently in numpy) and recorded values.
+/// buffers in the full layout (mask built independently in numpy) and recorded values. FP8 pools
+/// recorded from SGLang-shaped buffers come back as the same bytes and scale, and the reference on
+/// the read-back trace equals, bit for bit, the reference on the original buffers.
+#include "canopy_Reference.hpp"
 #include "canopy_TraceReader.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 namespace canopy::test
@@ -25,6 +29,38 @@ std::vector<T> vec(nlohmann::json const &j)
 {
   return j.get<std::vector<T>>();
 }
+
+/// Step \p s of an expected.json trace as a problem built from the buffers the recorder was given
+/// (not from the file): the requests, q, the pool rows the steps read (others 0) and the scale.
+HostProblem originalProblem(nlohmann::json const &t, int64_t s, int64_t node0)
+{
+  HostProblem p;
+  p.shape.num_heads = t["num_heads"].get<int>();
+  p.shape.sm_scale = t["sm_scale"].get<double>();
+  p.num_slots = t["num_slots"].get<int64_t>();
+  std::vector<RequestSpec> specs;
+  for (auto const &want : t["steps"][static_cast<size_t>(s)]["requests"])
+    specs.push_back({vec<int64_t>(want["prefix_slots"]), vec<int32_t>(want["parent"]), vec<int64_t>(want["tree_slots"])});
+  p.meta = buildMetadata(specs, MaskLayout::kParents);
+  std::vector<uint16_t> const q = vec<uint16_t>(t["q"]);
+  size_t const row = static_cast<size_t>(p.shape.num_heads) * D_QK;
+  p.q.assign(q.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(node0) * row),
+             q.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(node0 + p.meta.numNodes()) * row));
+  p.kv_dtype = parseKvDtype(t["kv_dtype"].get<std::string>());
+  if (!t["kv_scale_bits"].is_null())
+  {
+    uint32_t const bits = t["kv_scale_bits"].get<uint32_t>();
+    std::memcpy(&p.kv_scale, &bits, sizeof(bits));
+  }
+  size_t const bytes = static_cast<size_t>(kvRowBytes(p.kv_dtype));
+  p.kv_pool_fp8.assign(static_cast<size_t>(p.num_slots) * bytes, 0);
+  for (auto const &[slot, rowj] : t["kv_rows"].items())
+  {
+    std::vector<uint8_t> const want = vec<uint8_t>(rowj);
+    std::copy(want.begin(), want.end(), p.kv_pool_fp8.begin() + static_cast<std::ptrdiff_t>(std::stoul(slot) * bytes));
+  }
+  return p;
+}
 } // namespace
 
 TEST(TraceRecorder, recordedStepsReadBackUnchanged)
@@ -34,7 +70,7 @@ TEST(TraceRecorder, recordedStepsReadBackUnchanged)
   std::ifstream in(dir + "/expected.json");
   ASSERT_TRUE(in.good()) << "no expected.json in " << dir;
   nlohmann::json const expected = nlohmann::json::parse(in);
-  ASSERT_EQ(expected["traces"].size(), 2u);
+  ASSERT_EQ(expected["traces"].size(), 5u);
   for (auto const &t : expected["traces"])
   {
     std::string const file = dir + "/" + t["file"].get<std::string>();
@@ -80,6 +116,50 @@ TEST(TraceRecorder, recordedStepsReadBackUnchanged)
     EXPECT_EQ(r.columns().out, vec<uint16_t>(t["out"]));
     HostProblem const p = r.stepProblem(0, MaskLayout::kParents, 1);
     ASSERT_FALSE(t["kv_rows"].empty()) << "expected.json holds no pool rows to compare";
+    if (t.contains("kv_dtype"))
+    {
+      KvDtype const dtype = parseKvDtype(t["kv_dtype"].get<std::string>());
+      EXPECT_EQ(r.info().format_version, 2);
+      EXPECT_EQ(r.info().kv_dtype, dtype);
+      size_t const bytes = static_cast<size_t>(kvRowBytes(dtype));
+      for (auto const &[slot, row] : t["kv_rows"].items())
+      {
+        std::vector<uint8_t> const want = vec<uint8_t>(row);
+        ASSERT_EQ(want.size(), bytes);
+        EXPECT_TRUE(std::equal(want.begin(), want.end(),
+                               p.kv_pool_fp8.begin() + static_cast<std::ptrdiff_t>(std::stoul(slot) * bytes)))
+            << "pool row " << slot;
+      }
+      int64_t node0 = 0;
+      for (int64_t s = 0; s < r.numSteps(); ++s)
+      {
+        SCOPED_TRACE("step " + std::to_string(s));
+        HostProblem const got = r.stepProblem(s, MaskLayout::kParents, 1);
+        HostProblem const original = originalProblem(t, s, node0);
+        node0 += original.meta.numNodes();
+        uint32_t got_bits = 0, want_bits = 0;
+        std::memcpy(&got_bits, &got.kv_scale, 4);
+        std::memcpy(&want_bits, &original.kv_scale, 4);
+        EXPECT_EQ(got_bits, want_bits) << "kv_scale " << got.kv_scale << " vs " << original.kv_scale;
+        EXPECT_EQ(got.kv_dtype, dtype);
+        std::vector<double> const ref = referenceAttention(got);
+        std::vector<double> const want = referenceAttention(original);
+        ASSERT_EQ(ref.size(), want.size());
+        EXPECT_EQ(std::memcmp(ref.data(), want.data(), ref.size() * sizeof(double)), 0)
+            << "the reference on the read-back trace differs from the one on the recorded buffers";
+        // The output recorded beside it is the reference computed in numpy on the original
+        // buffers (its own FP8 decoding): the two references agree within bf16 rounding ...
+        std::vector<uint16_t> const out = r.expectedOutput(s);
+        ErrorStats const e = compareToReference(ref, out.data(), out.size(), errorBounds(dtype, Numerics::kDequant));
+        EXPECT_TRUE(e.pass) << "rel L2 " << e.rel_l2;
+        EXPECT_LT(e.rel_l2, 4e-3);
+        // ... and the comparison can fail: the pool misread as the mutations misread it does.
+        Mutation const misread = dtype == KvDtype::kFp8E4m3BlockScaled ? Mutation::kRopeAsFp8 : Mutation::kKvScaleWrong;
+        EXPECT_FALSE(compareToReference(mutatedReference(got, misread), out.data(), out.size()).pass)
+            << toString(misread);
+      }
+      continue;
+    }
     for (auto const &[slot, row] : t["kv_rows"].items())
     {
       size_t const s = std::stoul(slot);

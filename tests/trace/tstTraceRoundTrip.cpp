@@ -2,6 +2,8 @@
 /// \brief Writer -> reader round trips: every dataset comes back bit for bit, steps come back as the
 /// requests that were written, metadata equals core's buildMetadata in every layout, values replay.
 #include "canopy_Bf16.hpp"
+#include "canopy_KvQuant.hpp"
+#include "canopy_Random.hpp"
 #include "canopy_Reference.hpp"
 #include "canopy_TraceReader.hpp"
 #include "canopy_TraceTestUtil.hpp"
@@ -10,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstring>
 #include <fstream>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -39,6 +42,56 @@ void expectSameColumns(TraceColumns const &a, TraceColumns const &b)
   EXPECT_EQ(a.q, b.q);
   EXPECT_EQ(a.kv, b.kv);
   EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(a.kv_dtype, b.kv_dtype);
+  EXPECT_EQ(std::memcmp(&a.kv_scale, &b.kv_scale, sizeof(float)), 0) << a.kv_scale << " vs " << b.kv_scale;
+  EXPECT_EQ(a.kv_fp8, b.kv_fp8);
+}
+
+/// Bit-for-bit equality of two fp64 outputs (NaN equals only the same NaN bits).
+void expectSameBits(std::vector<double> const &a, std::vector<double> const &b, std::string const &what)
+{
+  ASSERT_EQ(a.size(), b.size()) << what;
+  ASSERT_FALSE(a.empty()) << what;
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(double)), 0) << what;
+}
+
+/// Step \p s of \p c as a problem built from the columns directly (no file in between).
+HostProblem problemFromColumns(TraceColumns const &c, int64_t s)
+{
+  HostProblem p;
+  p.shape = c.shape;
+  p.num_slots = c.num_slots;
+  p.meta = stepMetadata(c, s, MaskLayout::kParents);
+  size_t const row = static_cast<size_t>(c.shape.num_heads) * D_QK;
+  size_t const n0 = static_cast<size_t>(c.tree_offset[c.request_offset[s]]);
+  p.q.assign(c.q.begin() + static_cast<std::ptrdiff_t>(n0 * row),
+             c.q.begin() + static_cast<std::ptrdiff_t>((n0 + static_cast<size_t>(p.meta.numNodes())) * row));
+  p.kv_dtype = c.kv_dtype;
+  p.kv_scale = c.kv_scale;
+  p.kv_pool = c.kv;
+  p.kv_pool_fp8 = c.kv_fp8;
+  return p;
+}
+
+/// The root attribute version of a trace file.
+int64_t fileVersion(std::string const &path)
+{
+  H5Edit f(path);
+  return Impl::readIntAttr(f.file(), "version", "/");
+}
+
+constexpr KvDtype FP8_DTYPES[] = {KvDtype::kFp8E4m3, KvDtype::kFp8E5m2, KvDtype::kFp8E4m3BlockScaled};
+
+/// A small simulated trace with an FP8 pool stored as the serving stacks write it; scale 0.0371
+/// (not a power of two, so a scale lost or applied twice changes every value).
+TraceColumns fp8Columns(KvDtype dtype, uint64_t seed, bool values)
+{
+  TraceColumns c = smallColumns(seed);
+  c.kv_dtype = dtype;
+  c.kv_scale = kvDtypeHasScale(dtype) ? 0.0371f : 1.0f;
+  if (values)
+    addSyntheticValues(c, seed + 99);
+  return c;
 }
 
 /// A hand-built trace: two steps, a request that persists (its prefix grows by the accepted path).
@@ -232,6 +285,122 @@ TEST(TraceRoundTrip, recordedValuesReplayToTheReference)
     out[i] = floatToBf16(-bf16ToFloat(out[i]));
   HostProblem const p0 = r.stepProblem(0, MaskLayout::kFull, 0);
   EXPECT_FALSE(compareToReference(referenceAttention(p0), out.data(), out.size()).pass);
+}
+
+TEST(TraceRoundTrip, fp8PoolsComeBackBitForBitAndReplayToTheSameReference)
+{
+  for (KvDtype dtype : FP8_DTYPES)
+  {
+    SCOPED_TRACE(toString(dtype));
+    TraceColumns const c = fp8Columns(dtype, 21, true);
+    ASSERT_TRUE(c.kv.empty());
+    ASSERT_EQ(c.kv_fp8.size(), static_cast<size_t>(c.num_slots) * kvRowBytes(dtype));
+    std::string const path = tempPath("fp8.h5");
+    writeTraceColumns(path, c);
+    EXPECT_EQ(fileVersion(path), 2) << "an FP8 pool needs format v2";
+    TraceColumns const back = readTraceColumns(path);
+    expectSameColumns(back, c);
+    EXPECT_EQ(back.format_version, 2);
+    std::vector<unsigned char> const image = Impl::writeColumnsImage(c);
+    expectSameColumns(TraceReader::fromImage(image.data(), image.size()).columns(), c);
+    TraceWriteOptions raw;
+    raw.deflate_level = 0;
+    raw.chunk_bytes = 1000;  // chunks of one row, a partial chunk's worth of bytes
+    writeTraceColumns(path, c, raw);
+    expectSameColumns(readTraceColumns(path), c);
+
+    TraceReader const r(path);
+    EXPECT_EQ(r.info().kv_dtype, dtype);
+    EXPECT_EQ(r.info().format_version, 2);
+    EXPECT_EQ(r.info().kv_scale, c.kv_scale);
+    ErrorBounds const bounds = errorBounds(dtype, Numerics::kDequant);
+    for (int64_t s = 0; s < r.numSteps(); ++s)
+    {
+      HostProblem const p = r.stepProblem(s, MaskLayout::kParents, 7);
+      EXPECT_EQ(p.kv_dtype, dtype);
+      EXPECT_TRUE(p.kv_pool.empty());
+      EXPECT_EQ(p.kv_pool_fp8, c.kv_fp8);
+      EXPECT_EQ(p.kv_scale, c.kv_scale);
+      // The reference on the read-back step equals the one on the written columns, bit for bit.
+      HostProblem const original = problemFromColumns(c, s);
+      expectSameBits(referenceAttention(p), referenceAttention(original), "dequant, step " + std::to_string(s));
+      if (numericsUndefinedFor(dtype, Numerics::kFp8Mma).empty())
+        expectSameBits(referenceAttention(p, Numerics::kFp8Mma), referenceAttention(original, Numerics::kFp8Mma),
+                       "fp8-mma, step " + std::to_string(s));
+      std::vector<uint16_t> const out = r.expectedOutput(s);
+      ErrorStats const e = compareToReference(referenceAttention(p), out.data(), out.size(), bounds);
+      EXPECT_TRUE(e.pass) << "step " << s << " rel_l2 " << e.rel_l2;
+      EXPECT_LT(e.rel_l2, 4e-3);  // the expected output is the reference on the stored pool, rounded
+    }
+    // The stored pool is quantisePool of the drawn bf16 values (addSyntheticValues draws q, then the pool).
+    SplitMix64 rng(21 + 99);
+    for (size_t i = 0; i < c.q.size(); ++i)
+      rng.uniformSigned();
+    HostProblem drawn;
+    drawn.num_slots = c.num_slots;
+    drawn.kv_pool.resize(static_cast<size_t>(c.num_slots) * D_QK);
+    for (auto &x : drawn.kv_pool)
+      x = floatToBf16(rng.uniformSigned());
+    quantisePool(drawn, dtype, c.kv_scale);
+    EXPECT_EQ(drawn.kv_pool_fp8, c.kv_fp8);
+  }
+}
+
+TEST(TraceRoundTrip, fp8TraceWithoutValuesSeedsAPoolStoredInItsDtype)
+{
+  for (KvDtype dtype : FP8_DTYPES)
+  {
+    SCOPED_TRACE(toString(dtype));
+    TraceColumns const c = fp8Columns(dtype, 8, false);
+    std::string const path = tempPath("fp8-meta.h5");
+    writeTraceColumns(path, c);
+    TraceReader const r(path);
+    EXPECT_FALSE(r.info().has_values);
+    HostProblem const a = r.stepProblem(1, MaskLayout::kTree, 42);
+    EXPECT_EQ(a.kv_dtype, dtype);
+    EXPECT_EQ(a.kv_scale, c.kv_scale);
+    EXPECT_TRUE(a.kv_pool.empty());
+    ASSERT_EQ(a.kv_pool_fp8.size(), static_cast<size_t>(r.info().num_slots) * kvRowBytes(dtype));
+    // The seeded bf16 values of a bf16 trace, quantised as the trace's pool is stored.
+    HostProblem manual;
+    manual.shape = a.shape;
+    manual.num_slots = a.num_slots;
+    manual.meta = a.meta;
+    fillRandomValues(manual, 42);
+    quantisePool(manual, dtype, c.kv_scale);
+    EXPECT_EQ(manual.q, a.q);
+    EXPECT_EQ(manual.kv_pool_fp8, a.kv_pool_fp8);
+    EXPECT_EQ(a.kv_pool_fp8, r.stepProblem(1, MaskLayout::kTree, 42).kv_pool_fp8);
+  }
+  // A scale that suits recorded values may overflow seeded ones (|x| <= 1): e4m3 saturates to NaN
+  // above 448, so 1/1000 cannot store them. Named, not replayed as NaN.
+  TraceColumns c = fp8Columns(KvDtype::kFp8E4m3, 8, false);
+  c.kv_scale = 1e-3f;
+  std::string const path = tempPath("tiny-scale.h5");
+  writeTraceColumns(path, c);
+  TraceReader const r(path);
+  expectInputError([&] { r.stepProblem(0, MaskLayout::kParents, 1); },
+                   {"tiny-scale.h5", "/model attribute kv_scale", "too small", "NaN"});
+}
+
+TEST(TraceRoundTrip, bf16TracesStayVersion1AndReadAsVersion2Too)
+{
+  TraceColumns const c = smallColumns(12, true);
+  std::string const path = tempPath("bf16.h5");
+  writeTraceColumns(path, c);
+  EXPECT_EQ(fileVersion(path), 1) << "a bf16 trace keeps format v1, readable by v1 readers";
+  TraceReader const r1(path);
+  EXPECT_EQ(r1.info().format_version, 1);
+  EXPECT_EQ(r1.info().kv_dtype, KvDtype::kBf16);
+  // The same file marked version 2 (kv_dtype "bf16", no kv_scale) reads as the same trace.
+  H5Edit(path).setIntAttr("/", "version", 2);
+  TraceReader const r2(path);
+  EXPECT_EQ(r2.info().format_version, 2);
+  expectSameColumns(r2.columns(), r1.columns());
+  HostProblem const p = r2.stepProblem(0, MaskLayout::kParents, 0);
+  EXPECT_EQ(p.kv_dtype, KvDtype::kBf16);
+  EXPECT_EQ(p.kv_pool, c.kv);
+  EXPECT_TRUE(p.kv_pool_fp8.empty());
 }
 
 TEST(TraceRoundTrip, writerIsAtomicAndRefusesInvalidContent)
