@@ -275,9 +275,15 @@ def run(args):
         return 0
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     flush_buf = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
-    rows = []
+    rows, too_big = [], 0
     for B, H, T, P, kv_dtype, kv_scale in args.grid:
-        r = bench_shape(torch, B, T, P, H, args.samples, args.warmup, flush_buf, kv_dtype, kv_scale)
+        try:
+            r = bench_shape(torch, B, T, P, H, args.samples, args.warmup, flush_buf, kv_dtype, kv_scale)
+        except torch.cuda.OutOfMemoryError:  # the dense scores of the largest shapes: a result, not a crash
+            too_big += 1
+            print("| torch | B=%d T=%2d P=%6d %s | out of memory: no row |" % (B, T, P, kv_dtype), flush=True)
+            torch.cuda.empty_cache()
+            continue
         rows.append(r)
         print("| torch | B=%d T=%2d P=%6d %s | %10.1f us [%10.1f, %10.1f] | finite=%s | row rel-L2 %.1e |" %
               (B, T, P, kv_dtype, r["median_us"], r["p10_us"], r["p90_us"], r["finite"],
@@ -289,7 +295,7 @@ def run(args):
             for r in rows:
                 f.write(json.dumps(r) + "\n")
         os.replace(tmp, args.out)
-    return 0 if all(r["check"] == "ok" for r in rows) else 1
+    return 0 if not too_big and all(r["check"] == "ok" for r in rows) else 1
 
 
 def grid_of(args):

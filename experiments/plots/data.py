@@ -94,15 +94,22 @@ class Row:
             return getattr(self, key)
         return self.options.get(key)
 
-    def shape_key(self):
-        """What identifies the problem (not the design or options)."""
+    def input_key(self):
+        """The input's shape without its KV storage: rows of one input in different KV dtypes share it."""
         return (self.trace, tuple(sorted(self.dims.items())), self.variant, self.group)
 
+    def shape_key(self):
+        """What identifies the problem (not the design or options): the input and its KV dtype and scale."""
+        return self.input_key() + (self.get("kv_dtype"), float(self.raw.get("kv_scale") or 1.0))
+
     def label(self):
-        """A display name for the input: the trace's file name, or its axes."""
+        """A display name for the input: the trace's file name, or its axes; then the KV dtype where it
+        is not bf16 (as canopy run labels its inputs)."""
         if self.trace:
-            return os.path.basename(self.trace)
-        return " ".join(f"{d}={size_label(v) if d == 'P' else v}" for d, v in self.dims.items())
+            name = os.path.basename(self.trace)
+        else:
+            name = " ".join(f"{d}={size_label(v) if d == 'P' else v}" for d, v in self.dims.items())
+        return name if self.get("kv_dtype") == "bf16" else f"{name} {self.get('kv_dtype')}"
 
 
 def timed(raw):

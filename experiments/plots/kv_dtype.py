@@ -27,7 +27,7 @@ def pairs(run):
     """Every timed FP8 row with a timed bf16 row of the same design, input and other options, in
     design order, then shape, then dtype and numerics."""
     axes = other_option_axes(run)
-    key = lambda r: (r.design, r.shape_key(), tuple(r.get(a) for a in axes))  # noqa: E731
+    key = lambda r: (r.design, r.input_key(), tuple(r.get(a) for a in axes))  # noqa: E731
     base = {key(r): r for r in run.rows if r.get("kv_dtype") == BF16 and r.total > 0}
     out = [Pair(base[key(r)], r, key(r)[2]) for r in run.rows
            if r.get("kv_dtype") != BF16 and r.total > 0 and key(r) in base]
