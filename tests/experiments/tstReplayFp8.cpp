@@ -7,6 +7,7 @@
 #include "canopy_Design.hpp"
 #include "canopy_ExperimentConfig.hpp"
 #include "canopy_Generator.hpp"
+#include "canopy_Merge.hpp"
 #include "canopy_Bf16.hpp"
 #include "canopy_Reference.hpp"
 #include "canopy_Registry.hpp"
@@ -313,6 +314,40 @@ TEST(Fp8Replay, aDesignThatMisreadsTheScaleFails)
   EXPECT_EQ(bad.status, RowStatus::kFailed) << bad.note;
   EXPECT_EQ(bad.samples, 0);
   EXPECT_EQ(rows.at("reference fp8-e4m3 dequant").status, RowStatus::kOk);
+}
+
+TEST(Fp8Replay, shardsOfADtypeSweepMergeIntoTheRowsOfOneRun)
+{
+  // Rows that differ only in the KV dtype are different rows: each shard holds its own, the merge
+  // keeps both, in the unsharded order, and an FP8 row edited into bf16 is refused.
+  ExperimentConfig const c = sweepConfig(R"(["bf16", "fp8-e4m3"])");
+  ResultSet const whole = runExperiment(c);
+  std::vector<ShardResults> shards;
+  for (int k = 0; k < 2; ++k)
+  {
+    ExperimentConfig s = c;
+    s.shard_index = k;
+    s.shard_count = 2;
+    shards.push_back({"shard" + std::to_string(k), resultSetFromJson(toJson(runExperiment(s)), "shard")});
+  }
+  ResultSet const merged = mergeShards(shards);
+  ASSERT_EQ(merged.rows.size(), whole.rows.size());
+  for (size_t i = 0; i < whole.rows.size(); ++i)
+  {
+    EXPECT_EQ(merged.rows[i].axes.kv_dtype, whole.rows[i].axes.kv_dtype) << i;
+    EXPECT_EQ(merged.rows[i].numerics, whole.rows[i].numerics) << i;
+    EXPECT_EQ(merged.rows[i].status, whole.rows[i].status) << i;
+    EXPECT_EQ(merged.rows[i].kv_bytes, whole.rows[i].kv_bytes) << i;
+  }
+  for (auto &s : shards)
+    for (auto &r : s.results.rows)
+      if (r.axes.kv_dtype == KvDtype::kFp8E4m3)
+      {
+        r.axes.kv_dtype = KvDtype::kBf16;
+        EXPECT_THROW(mergeShards(shards), InputError) << "a row's dtype edited by hand was merged";
+        return;
+      }
+  ADD_FAILURE() << "no FP8 row in the shards";
 }
 
 #ifdef CANOPY_HAVE_TRACE
