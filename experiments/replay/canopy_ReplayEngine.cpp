@@ -183,9 +183,8 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
         storage->uploadFp8Pool(padded, p.kv_dtype, p.kv_scale);
       }
     };
-    for (size_t si = 0; si < bucket.steps.size(); ++si)
+    for (int64_t s : bucket.steps)
     {
-      int64_t const s = bucket.steps[si];
       HostProblem const &p = steps.get(src, s, k.mask);
       BatchMetadata meta = p.meta;  // padded to the bucket, as the graph runner pads
       padBatch(meta, bucket.size);

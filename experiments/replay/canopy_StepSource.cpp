@@ -135,7 +135,8 @@ public:
     if (recordedValues())
     {
       HostProblem p = _reader.stepProblem(s, layout, _seed);
-      quantisePool(p, _dtype, _scale);  // a bf16 trace replayed as FP8: written as a serving stack writes it
+      if (p.kv_dtype == KvDtype::kBf16)  // a bf16 trace replayed as FP8: written as a serving stack writes it
+        quantisePool(p, _dtype, _scale);
       return p;
     }
     HostProblem p = stepWithoutPool(s, layout);
