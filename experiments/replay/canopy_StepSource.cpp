@@ -88,8 +88,8 @@ public:
   {
     // FIXME: read the trace's own dtype once TraceInfo carries it (trace format v2); every trace
     // this reader opens is bf16 until then.
-    KvDtype const stored = KvDtype::kBf16;
-    _dtype = traceReplayDtype(path, stored, kv_dtype, "inputs.kv_dtype");
+    _stored = KvDtype::kBf16;
+    _dtype = traceReplayDtype(path, _stored, kv_dtype, "inputs.kv_dtype");
     _scale = poolScale(_dtype, kv_scale);
     _steps = _reader.numSteps();
     if (max_steps > 0)
@@ -175,9 +175,9 @@ public:
   }
   std::vector<uint16_t> expectedOutput(int64_t s) const override
   {
-    // The recorded output is the bf16 pool's: an FP8 replay is checked against the reference on
-    // the pool it actually reads.
-    return _dtype == KvDtype::kBf16 ? _reader.expectedOutput(s) : std::vector<uint16_t>{};
+    // The recorded output is the stored pool's: a trace quantised on load is checked against the
+    // reference on the pool it actually reads.
+    return _dtype == _stored ? _reader.expectedOutput(s) : std::vector<uint16_t>{};
   }
   bool recordedValues() const override { return _reader.info().has_values; }
   double hostBytes() const override
@@ -239,7 +239,8 @@ private:
   mutable InputAxes _axes;
   uint64_t _seed;
   int64_t _steps = 0;
-  KvDtype _dtype = KvDtype::kBf16;
+  KvDtype _stored = KvDtype::kBf16;  ///< as the trace stores its pool
+  KvDtype _dtype = KvDtype::kBf16;   ///< as it is replayed
   float _scale = 1.0f;
   mutable std::vector<uint16_t> _pool;
   mutable std::vector<uint8_t> _pool_fp8;
