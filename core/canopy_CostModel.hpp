@@ -2,6 +2,7 @@
 /// \brief FLOPs and minimum bytes of a verify batch (docs/design.md §1), and the roofline bound.
 #pragma once
 
+#include "canopy_KvDtype.hpp"
 #include "canopy_Problem.hpp"
 
 #include <algorithm>
@@ -13,23 +14,28 @@ struct Cost
 {
   double flops = 0;      ///< sum_b 2 H T_b (P_b + T_b) (576 + 512): tree part counted dense
   double bytes_min = 0;  ///< what the semantics make any kernel read or write once (see costOf)
+  /// The KV pool bytes of bytes_min: each request's P + T rows once, at kvRowBytes of the pool's
+  /// dtype (1152 B bf16, 576 B fp8-e4m3 / fp8-e5m2, 656 B block-scaled).
+  double kv_bytes = 0;
   /// KV bytes a design with 64-row tiles over (node, head) rows gathers into shared memory: each
-  /// row tile of a request reads all of its P + T rows (1152 B), sum_b ceil(T_b H / 64) (P_b + T_b)
-  /// 1152. Not a minimum: the traffic of the tile designs (cuda-sm90, cuda-sm120), which the copy
-  /// ceiling of `canopy peaks` bounds.
+  /// row tile of a request reads all of its P + T rows (kvRowBytes each), sum_b ceil(T_b H / 64)
+  /// (P_b + T_b) kvRowBytes. Not a minimum: the traffic of the tile designs (cuda-sm90,
+  /// cuda-sm120), which the copy ceiling of `canopy peaks` bounds.
   double tile_copy_bytes = 0;
   double intensity() const { return bytes_min > 0 ? flops / bytes_min : 0; }
 };
 
-/// \brief FLOPs and minimum traffic of a batch. The minimum counts what the semantics require, each
-/// once: every visible KV row (1152 B; V is its first 512 columns, the same bytes) and its 8-byte
+/// \brief FLOPs and minimum traffic of a batch whose pool is stored as \p kv_dtype. The minimum counts
+/// what the semantics require, each once: every visible KV row (kvRowBytes: 1152 B in bf16, 576 B
+/// in one-scale FP8; V is its first 512 columns, the same bytes) and its 8-byte
 /// slot index, q read and out written (1152 + 1024 B per node and head), and the tree's visibility:
 /// the T x T tree columns of the mask for the full and tree layouts (the prefix columns of a full
 /// mask are 1 by definition, and no kernel needs to read them), 4 B of parent per node for the
 /// parents layout. Offsets (indptr arrays) are left out: a few bytes per request.
-inline Cost costOf(BatchMetadata const &m, int num_heads)
+inline Cost costOf(BatchMetadata const &m, int num_heads, KvDtype kv_dtype = KvDtype::kBf16)
 {
   constexpr double TILE_ROWS = 64;  // Cost::tile_copy_bytes' row tile
+  double const row_bytes = kvRowBytes(kv_dtype);
   Cost c;
   for (int b = 0; b < m.batchSize(); ++b)
   {
@@ -37,10 +43,11 @@ inline Cost costOf(BatchMetadata const &m, int num_heads)
     c.flops += 2.0 * num_heads * T * (P + T) * (D_QK + D_V);
     if (T == 0)
       continue;
-    c.bytes_min += (P + T) * (D_QK * 2.0 + 8.0);          // each KV row once (K and V share it) + its slot
+    c.kv_bytes += (P + T) * row_bytes;                     // each KV row once (K and V share it)
+    c.bytes_min += (P + T) * (row_bytes + 8.0);            // ... + its slot
     c.bytes_min += T * num_heads * (D_QK + D_V) * 2.0;   // q read + out written
     c.bytes_min += m.mask_layout == MaskLayout::kParents ? 4.0 * T : T * T;  // the tree's visibility
-    c.tile_copy_bytes += std::ceil(T * num_heads / TILE_ROWS) * (P + T) * D_QK * 2.0;
+    c.tile_copy_bytes += std::ceil(T * num_heads / TILE_ROWS) * (P + T) * row_bytes;
   }
   return c;
 }

@@ -225,7 +225,7 @@ int runTraceCheck(CheckFlags f)
   for (ValueMode values : modes)
   {
     std::string const label = src->recordedValues() ? "recorded" : toString(values);
-    ReferenceCache refs(numerics);
+    ReferenceCache refs;
     for (auto const &name : designs)
     {
       ErrorStats worst;
@@ -242,7 +242,7 @@ int runTraceCheck(CheckFlags f)
         try
         {
           // One reference per step and value mode (refs is per mode), shared by every design.
-          r = checkDesign(*design, p, options, expectedOutput(*src, s, p, refs));
+          r = checkDesign(*design, p, options, expectedOutput(*src, s, p, refs, numerics));
         }
         catch (Unsupported const &e)
         {

@@ -70,9 +70,10 @@ private:
 /// of each sweep against this machine's memory, before any work.
 void requireInputsFitInMemory(ExperimentConfig const &cfg, std::vector<std::unique_ptr<StepSource>> const &sources)
 {
-  for (size_t i = 0; i < cfg.traces.size(); ++i)
-    requireFitsInMemory(sources[i]->hostBytes(), "inputs.traces[" + std::to_string(i) + "]", cfg.traces[i],
-                        "--no-memory-check");
+  size_t const per_trace = std::max<size_t>(1, cfg.kv_dtypes.size());  // one source per trace and KV dtype
+  for (size_t i = 0; i < cfg.traces.size() * per_trace; ++i)
+    requireFitsInMemory(sources[i]->hostBytes(), "inputs.traces[" + std::to_string(i / per_trace) + "]",
+                        cfg.traces[i / per_trace], "--no-memory-check");
   for (size_t i = 0; i < cfg.sweeps.size(); ++i)
   {
     ShapeSweep const &sw = cfg.sweeps[i];
@@ -80,7 +81,11 @@ void requireInputsFitInMemory(ExperimentConfig const &cfg, std::vector<std::uniq
     int const h = *std::max_element(sw.heads.begin(), sw.heads.end());
     int const t = *std::max_element(sw.tree.begin(), sw.tree.end());
     int64_t const p = *std::max_element(sw.prefix.begin(), sw.prefix.end());
-    requireFitsInMemory(problemHostBytes(b, h, t, static_cast<double>(p), sw.pool_slack),
+    int fp8_row = 0;  // an FP8 pool is held beside the bf16 one it is quantised from
+    for (KvDtype d : sw.kv_dtypes)
+      fp8_row = std::max(fp8_row, d == KvDtype::kBf16 ? 0 : kvRowBytes(d));
+    double const slots = static_cast<double>(b) * (static_cast<double>(p) + t) * sw.pool_slack;
+    requireFitsInMemory(problemHostBytes(b, h, t, static_cast<double>(p), sw.pool_slack) + slots * fp8_row,
                         "inputs.sweep[" + std::to_string(i) + "]",
                         "B=" + std::to_string(b) + " H=" + std::to_string(h) + " T=" + std::to_string(t) +
                             " P=" + std::to_string(p),

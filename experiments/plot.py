@@ -9,7 +9,11 @@ sweep supports (each skipped figure is named with the reason):
     <experiment>_tree      time per verify step vs tree size T (the budget curve), a panel per (B, P)
     <experiment>_roofline  achieved TFLOP/s vs arithmetic intensity with the run's measured ceilings
     <experiment>_speedup   speedup against the run's baseline over (T, P), per design and B
-    <experiment>_options   option sweeps (NSPLIT, workspace, graph vs eager, mask, KV slots) per shape
+    <experiment>_options   option sweeps (NSPLIT, workspace, graph vs eager, mask, KV slots, KV dtype,
+                           numerics) per shape
+    <experiment>_kv_dtype  FP8 KV cache against bf16: each FP8 row's speed-up over the bf16 row of the
+                           same design, shape and options, a heat map over (T, P); and the same pairs
+                           as a table, <experiment>_kv_dtype.md
     <experiment>_model     with --model latency_model.json (experiments/budget/): the latency model
                            against the measured budget curve, a panel per (B, P)
 Reads named fields only (never table text). Plotting code: experiments/plots/.

@@ -2,7 +2,8 @@
 
 Only named fields are read, never labels, paths or table text: the sweep axes are the fields
 batch, heads, tree and prefix (B, H, T, P), the input's flags are ragged, compacted, values and
-recorded_values, a trace input is its `trace` field. Rows from a merged peer (e.g. PyTorch) are rows
+recorded_values, a trace input is its `trace` field; the KV dtype and numerics (kv_dtype, numerics;
+bf16 and dequant where a row has none) are options like mask or nsplit. Rows from a merged peer (e.g. PyTorch) are rows
 like any other: a design name, the axes they have and times; missing numeric fields count as 0.
 """
 import os
@@ -10,9 +11,12 @@ import re
 
 DIMS = ("B", "H", "T", "P")
 DIM_FIELDS = {"B": "batch", "H": "heads", "T": "tree", "P": "prefix"}
-OPTION_KEYS = ("mask", "nsplit", "workspace", "mode", "l2_flush")
+OPTION_KEYS = ("mask", "nsplit", "workspace", "mode", "l2_flush", "kv_dtype", "numerics")
 OPTION_NAMES = {"nsplit": "NSPLIT", "workspace": "workspace", "mode": "mode", "mask": "mask",
-                "l2_flush": "L2 flush", "variant": "KV slots", "group": "group"}
+                "l2_flush": "L2 flush", "variant": "KV slots", "group": "group", "kv_dtype": "KV",
+                "numerics": "numerics"}
+# What a row without the field holds: results written before FP8 (and peers' rows) are bf16, dequant.
+OPTION_DEFAULTS = {"kv_dtype": "bf16", "numerics": "dequant"}
 
 
 def dims_of(raw):
@@ -71,10 +75,12 @@ class Row:
         self.dims, self.variant = dims_of(raw), variant_of(raw)
         self.group = str(raw.get("group", "all"))
         self.options = {k: raw[k] for k in OPTION_KEYS if k in raw}
+        for k, v in OPTION_DEFAULTS.items():
+            self.options.setdefault(k, v)
         num = lambda k: float(raw.get(k) or 0.0)  # noqa: E731
         self.median, self.p10, self.p90 = num("median_s"), num("p10_s"), num("p90_s")
         self.total = num("total_median_s") or self.median * max(1, int(raw.get("steps") or 1))
-        self.flops, self.bytes = num("flops"), num("bytes_min")
+        self.flops, self.bytes, self.kv_bytes = num("flops"), num("bytes_min"), num("kv_bytes")
         self.roofline_s, self.mma_roofline_s = num("roofline_s"), num("mma_roofline_s")
         self.fma_roofline_s = num("fma_roofline_s")
         self.speedup = num("speedup")
@@ -88,15 +94,22 @@ class Row:
             return getattr(self, key)
         return self.options.get(key)
 
-    def shape_key(self):
-        """What identifies the problem (not the design or options)."""
+    def input_key(self):
+        """The input's shape without its KV storage: rows of one input in different KV dtypes share it."""
         return (self.trace, tuple(sorted(self.dims.items())), self.variant, self.group)
 
+    def shape_key(self):
+        """What identifies the problem (not the design or options): the input and its KV dtype and scale."""
+        return self.input_key() + (self.get("kv_dtype"), float(self.raw.get("kv_scale") or 1.0))
+
     def label(self):
-        """A display name for the input: the trace's file name, or its axes."""
+        """A display name for the input: the trace's file name, or its axes; then the KV dtype where it
+        is not bf16 (as canopy run labels its inputs)."""
         if self.trace:
-            return os.path.basename(self.trace)
-        return " ".join(f"{d}={size_label(v) if d == 'P' else v}" for d, v in self.dims.items())
+            name = os.path.basename(self.trace)
+        else:
+            name = " ".join(f"{d}={size_label(v) if d == 'P' else v}" for d, v in self.dims.items())
+        return name if self.get("kv_dtype") == "bf16" else f"{name} {self.get('kv_dtype')}"
 
 
 def timed(raw):

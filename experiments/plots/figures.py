@@ -5,17 +5,20 @@
     <name>_roofline  achieved TFLOP/s vs arithmetic intensity, with the run's measured ceilings
     <name>_speedup   speedup against the run's baseline over (T, P), a heat map per design and B
     <name>_options   an option sweep (NSPLIT, workspace, graph vs eager, mask, KV slots) per shape
+    <name>_kv_dtype  FP8 KV cache against bf16: each FP8 row's speed-up over its bf16 row, per shape
+                     (and <name>_kv_dtype.md, the same pairs as a table: kv_dtype.table)
 
 A figure whose axis does not vary is skipped with the reason; none of them needs more than one row
 except the line figures (an axis with >= 3 values) and the heat map (a baseline and another design).
 """
 import math
+import os
 
 import matplotlib.colors as mcolors
 import matplotlib.patches as mpatches
 import numpy as np
 
-from . import data, style
+from . import data, kv_dtype, style
 
 MIN_LINE_POINTS = 3
 
@@ -225,6 +228,17 @@ def speedup_figure(run):
     if not cells:
         return None, "no row shares an input and options with a baseline row"
     panels = sorted(cells, key=lambda k: (others.index(k[0]),) + data.tuple_key(k[1:]))
+    return _speedup_maps(run, cells, panels, lambda panel: run.series_label(panel, option_axes), extra_dims,
+                         f"speedup vs {base} (×)",
+                         (f"How much faster than {base} is each design at each shape?",
+                          f"Speedup = {base}'s summed per-step median time / the design's; > 1 (blue) is faster, "
+                          f"1/x (red) is x times slower."), f"{run.name}_speedup")
+
+
+def _speedup_maps(run, cells, panels, panel_title, extra_dims, bar_label, notes, stem):
+    """Heat maps of ratios over (T, P): a row of panels per panel key, a column per value of the
+    extra dims; cells[panel][extra dims][(T, P)] = ratio (> 1 blue, < 1 red, on a log scale)."""
+    ts, ps = run.values("T"), run.values("P")
     cols = sorted({c for p in panels for c in cells[p]}, key=data.tuple_key)
     nrows, ncols = len(panels), len(cols)
     width = style.ONE_COLUMN_IN if ncols == 1 and len(ps) <= 4 else style.TWO_COLUMN_IN
@@ -254,7 +268,7 @@ def speedup_figure(run):
             ax.tick_params(length=0)
             for side in ax.spines.values():
                 side.set_visible(False)
-            title = run.series_label(panel, option_axes)
+            title = panel_title(panel)
             if extra_dims:
                 title += " — " + ", ".join(_dim_label(d, v) for d, v in zip(extra_dims, col))
             ax.set_title(title, fontsize=7.5)
@@ -263,15 +277,40 @@ def speedup_figure(run):
             if j == 0:
                 ax.set_ylabel("tree size T")
     bar = fig.colorbar(image, ax=[a for row in axes for a in row], shrink=0.9, pad=0.02, aspect=25)
-    bar.set_label(f"speedup vs {base} (×)")
+    bar.set_label(bar_label)
     bar.ax.yaxis.set_major_locator(style.LogLocator(base=10, subs=(1.0, 2.0, 5.0) if span < 1.5 else (1.0,)))
     bar.ax.yaxis.set_major_formatter(style.FuncFormatter(lambda v, _p: f"{v:g}"))
     bar.ax.yaxis.set_minor_formatter(style.NullFormatter())
-    caption = style.env_caption(run, width, extra=(
-        f"How much faster than {base} is each design at each shape?",
-        f"Speedup = {base}'s summed per-step median time / the design's; > 1 (blue) is faster, "
-        f"1/x (red) is x times slower."))
-    return (fig, caption, f"{run.name}_speedup"), None
+    caption = style.env_caption(run, width, extra=notes)
+    return (fig, caption, stem), None
+
+
+def kv_dtype_figure(run):
+    """FP8 against bf16: each FP8 row's speed-up over the bf16 row of the same design, shape and
+    options (kv_dtype.pairs), a heat map over (T, P) per design, FP8 dtype and numerics."""
+    pairs = kv_dtype.pairs(run)
+    if not pairs:
+        return None, "no FP8 row has a bf16 row of the same design, shape and options beside it"
+    extra_dims = [d for d in ("B", "H") if run.varies(d)]
+    cells = {}
+    for p in pairs:
+        panel = (p.design, p.kv_dtype, p.numerics) + p.options
+        cells.setdefault(panel, {}).setdefault(tuple(p.fp8.get(d) for d in extra_dims), {})[
+            (p.fp8.get("T"), p.fp8.get("P"))] = p.speedup
+    designs = run.designs()
+    panels = sorted(cells, key=lambda k: (designs.index(k[0]),) + data.tuple_key(k[1:]))
+    axes = kv_dtype.other_option_axes(run)
+
+    def title(panel):
+        parts = [f"{panel[0]}: {panel[1]}"] + ([panel[2]] if panel[2] != "dequant" else [])
+        parts += [f"{data.OPTION_NAMES[a]} {data.option_value_label(a, v)}" for a, v in zip(axes, panel[3:])]
+        return ", ".join(parts)
+
+    return _speedup_maps(run, cells, panels, title, extra_dims, "speed-up of FP8 over bf16 (×)",
+                         ("How much faster is each design's verify step with an FP8 KV cache than with bf16?",
+                          "Speed-up = the bf16 row's summed per-step median time / the FP8 row's (same design, "
+                          "shape and options, same run); > 1 (blue) is faster. FP8 rows of the PyTorch peer "
+                          "dequantise the rows they gather inside their time."), f"{run.name}_kv_dtype")
 
 
 def options_figure(run):
@@ -356,7 +395,7 @@ def _shape_label(shape_dims, shape):
 
 
 FIGURES = (("prefix", prefix_figure), ("tree", tree_figure), ("roofline", roofline_figure),
-           ("speedup", speedup_figure), ("options", options_figure))
+           ("speedup", speedup_figure), ("options", options_figure), ("kv_dtype", kv_dtype_figure))
 
 
 def render_all(results, out_dir, formats, model=None):
@@ -377,4 +416,12 @@ def render_all(results, out_dir, formats, model=None):
             continue
         fig, caption, stem = made
         written += style.save(fig, out_dir, stem, formats, caption)
+    table = kv_dtype.table(run, results.get("rows", []))
+    if table:
+        os.makedirs(out_dir, exist_ok=True)
+        path = os.path.join(out_dir, f"{run.name}_kv_dtype.md")
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.write(table)
+        os.replace(path + ".tmp", path)
+        written.append(path)
     return written, skipped

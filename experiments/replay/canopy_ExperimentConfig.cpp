@@ -9,7 +9,9 @@
 #include "canopy_TomlTable.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <functional>
 #include <set>
@@ -28,6 +30,35 @@ int paddedBucket(std::vector<int> const &buckets, int batch)
 
 namespace
 {
+/// A `kv_dtype` key: a dtype name or a list of them, each known and none twice.
+std::vector<KvDtype> parseKvDtypes(TomlTable &t, std::string const &key)
+{
+  std::vector<std::string> names;
+  t.getList(key, names);
+  requireUnique(names, t.path(key));
+  std::vector<KvDtype> out;
+  for (size_t i = 0; i < names.size(); ++i)
+    out.push_back(parseKvDtype(names[i], t.path(key) + "[" + std::to_string(i) + "]"));
+  return out;
+}
+
+/// A `kv_scale` key: finite and > 0 once it is an fp32, as SGLang's k_scale is.
+float parseKvScale(TomlTable &t, std::string const &key, float fallback)
+{
+  double s = fallback;
+  t.get(key, s);
+  if (!(std::isfinite(s) && s > 0 && s <= std::numeric_limits<float>::max() && static_cast<float>(s) > 0))
+    throw InputError(t.path(key) + ": must be a finite number > 0 that an fp32 holds (the per-tensor scale of "
+                     "fp8-e4m3 / fp8-e5m2), got " + std::to_string(s));
+  return static_cast<float>(s);
+}
+
+/// A KV dtype some input of the config is replayed in, and the key that asked for it.
+struct DtypeInUse
+{
+  KvDtype dtype;
+  std::string key;
+};
 } // namespace
 
 namespace
@@ -71,6 +102,7 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
 {
   toml::table const root = parseTomlText(text, source);
   ExperimentConfig c;
+  std::vector<DtypeInUse> in_use;           // for the numerics check below
   c.hash = contentHash(text);
   c.source_path = source;
   TomlTable top(&root, "");
@@ -114,6 +146,10 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
     for (std::string const &t : c.traces)
       resolved.push_back(std::filesystem::weakly_canonical(t).string());
     requireUnique(resolved, r.path("traces"));
+    c.kv_dtypes = parseKvDtypes(r, "kv_dtype");
+    c.kv_scale = parseKvScale(r, "kv_scale", 1.0f);
+    for (size_t j = 0; j < c.kv_dtypes.size(); ++j)
+      in_use.push_back({c.kv_dtypes[j], r.path("kv_dtype") + "[" + std::to_string(j) + "]"});
     for (TomlTable &s : r.subArray("sweep"))
     {
       ShapeSweep sw;
@@ -130,6 +166,16 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
       std::string values = toString(sw.values);
       s.get("values", values);
       sw.values = parseValueMode(values, s.path("values"));
+      sw.kv_dtypes = c.kv_dtypes.empty() ? std::vector<KvDtype>{KvDtype::kBf16} : c.kv_dtypes;
+      if (s.has("kv_dtype"))
+      {
+        sw.kv_dtypes = parseKvDtypes(s, "kv_dtype");
+        for (size_t j = 0; j < sw.kv_dtypes.size(); ++j)
+          in_use.push_back({sw.kv_dtypes[j], s.path("kv_dtype") + "[" + std::to_string(j) + "]"});
+      }
+      else if (c.kv_dtypes.empty())
+        in_use.push_back({KvDtype::kBf16, s.path("kv_dtype") + " (not set: bf16)"});
+      sw.kv_scale = parseKvScale(s, "kv_scale", c.kv_scale);
       s.finish();
       if (compacted)
       {
@@ -211,7 +257,21 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
       if (c.buckets[i] <= c.buckets[i - 1])
         throw InputError("options.buckets[" + std::to_string(i) + "]: buckets must increase");
     r.get("strict", c.strict);
+    std::vector<std::string> numerics;
+    r.getList("numerics", numerics);
+    requireUnique(numerics, r.path("numerics"));
+    if (!numerics.empty())
+      c.numerics.clear();
+    for (size_t i = 0; i < numerics.size(); ++i)
+      c.numerics.push_back(parseNumerics(numerics[i], "options.numerics[" + std::to_string(i) + "]"));
     r.finish();
+    // Every numerics meets every dtype of the inputs: a pair with no meaning (fp8-mma on a bf16 or
+    // block-scaled pool) is bad input before any work, not a row. A trace replayed as stored is
+    // checked when it is opened (makeSources), its dtype being in the file.
+    for (size_t i = 0; i < c.numerics.size(); ++i)
+      for (DtypeInUse const &u : in_use)
+        if (std::string const why = numericsUndefinedFor(u.dtype, c.numerics[i]); !why.empty())
+          throw InputError("options.numerics[" + std::to_string(i) + "]: " + why + " (" + u.key + ")");
   }
 
   {

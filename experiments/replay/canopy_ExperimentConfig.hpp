@@ -3,6 +3,7 @@
 #pragma once
 
 #include "canopy_Design.hpp"
+#include "canopy_KvDtype.hpp"
 #include "canopy_Problem.hpp"
 #include "canopy_Types.hpp"
 
@@ -25,6 +26,10 @@ struct ShapeSweep
   double pool_slack = 1.5;  ///< pool rows / rows needed: > 1 leaves holes between runs of slots
   double mean_run = 16.0;   ///< mean run of consecutive slots; "compacted" = pool_slack 1 and a huge run
   ValueMode values = ValueMode::kRandom;  ///< tree-dominant: the visible tree keys carry the attention
+  /// The pool's storage, each one more input of every shape: generated in bf16, then quantised as
+  /// the serving stacks write it (quantisePool). [inputs].kv_dtype unless the sweep sets its own.
+  std::vector<KvDtype> kv_dtypes{KvDtype::kBf16};
+  float kv_scale = 1.0f;  ///< fp8-e4m3 / fp8-e5m2: the per-tensor scale (SGLang's k_scale)
 };
 
 enum class ExecMode
@@ -54,6 +59,10 @@ struct ExperimentConfig
   std::vector<std::string> traces;
   int64_t max_steps = 0;     ///< per trace, 0 = all
   std::string group_by = "trace";  ///< "trace" (one row per trace) or "batch" (one row per padded bucket)
+  /// The KV dtypes every input is replayed in (docs/design.md §8). Empty: as stored (a trace in its
+  /// own dtype, a sweep in bf16). A bf16 trace asked for an FP8 dtype is quantised on load.
+  std::vector<KvDtype> kv_dtypes;
+  float kv_scale = 1.0f;  ///< the scale of the one-scale FP8 dtypes (finite, > 0)
   std::vector<ShapeSweep> sweeps;
   // [designs]
   std::vector<std::string> designs;
@@ -63,6 +72,7 @@ struct ExperimentConfig
   std::vector<WorkspaceStrategy> workspace{WorkspaceStrategy::kPersistent};
   std::vector<ExecMode> modes{ExecMode::kEager};
   std::vector<bool> l2_flush{false};
+  std::vector<Numerics> numerics{Numerics::kDequant};  ///< what the products multiply (docs/design.md §8)
   std::vector<int> buckets{1, 2, 4, 8, 16, 32, 64, 128, 256};
   bool strict = false;
   // [peaks]: the roofline on hosts (a GPU measures its own in the run)

@@ -39,6 +39,7 @@ struct Combo
   WorkspaceStrategy workspace;
   ExecMode mode;
   bool l2_flush;
+  Numerics numerics;
 };
 
 std::vector<Combo> combos(ExperimentConfig const &c)
@@ -49,8 +50,9 @@ std::vector<Combo> combos(ExperimentConfig const &c)
       for (auto ws : c.workspace)
         for (auto mode : c.modes)
           for (bool fl : c.l2_flush)
-            for (auto const &d : c.designs)
-              out.push_back({d, m, ns, ws, mode, fl});
+            for (Numerics nu : c.numerics)
+              for (auto const &d : c.designs)
+                out.push_back({d, m, ns, ws, mode, fl, nu});
   return out;
 }
 
@@ -66,6 +68,7 @@ struct Bucket
 std::map<int, Bucket> bucketize(StepSource const &src, ExperimentConfig const &c, MaskLayout mask)
 {
   std::map<int, Bucket> buckets;
+  KvDtype const kv_dtype = src.axes().kv_dtype;
   for (int64_t s = 0; s < src.numSteps(); ++s)
   {
     StepShape const shape = src.shape(s, mask);
@@ -83,10 +86,10 @@ std::map<int, Bucket> bucketize(StepSource const &src, ExperimentConfig const &c
     b.bounds.max_prefix = std::max(b.bounds.max_prefix, m.maxPrefixLen());
     b.bounds.max_nodes = std::max(b.bounds.max_nodes, m.numNodes());
     b.bounds.mask_layout = mask;
+    b.bounds.kv_dtype = kv_dtype;
     b.capacity.num_slots = std::max(b.capacity.num_slots, shape.num_slots);
     b.capacity.num_heads = shape.num_heads;
     b.bounds.num_heads = shape.num_heads;
-    b.bounds.kv_dtype = shape.kv_dtype;
   }
   return buckets;
 }
@@ -94,7 +97,7 @@ std::map<int, Bucket> bucketize(StepSource const &src, ExperimentConfig const &c
 struct RowAccumulator
 {
   std::vector<double> samples, step_medians;
-  double flops = 0, bytes = 0, roofline = 0, mma_roofline = 0, fma_roofline = 0, copy_roofline = 0;
+  double flops = 0, bytes = 0, kv_bytes = 0, roofline = 0, mma_roofline = 0, fma_roofline = 0, copy_roofline = 0;
   int64_t checked = 0;
   double max_abs = 0, rel_l2 = 0;
   bool failed = false;
@@ -147,6 +150,8 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
   opt.nsplit = k.nsplit;
   opt.workspace = k.workspace;
   opt.strict = c.strict;
+  opt.numerics = k.numerics;
+  InputAxes const axes = src.axes();
   double const peak_f = exec.peakFlops() > 0 ? exec.peakFlops() : c.peak_flops;
   double const peak_b = exec.peakBytesPerSecond() > 0 ? exec.peakBytesPerSecond() : c.peak_bytes_per_s;
   double const peak_mma = exec.peakMmaSyncFlops();
@@ -159,6 +164,13 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
     std::unique_ptr<BatchStorage> storage;
     bool prepared = false;
     std::vector<uint16_t> const *shared_pool = src.sharedPool();
+    std::vector<uint8_t> const *shared_fp8 = src.sharedFp8Pool();
+    auto uploadStepPool = [&](HostProblem const &p) {
+      if (p.kv_dtype == KvDtype::kBf16)
+        storage->uploadPool(p.kv_pool);
+      else
+        storage->uploadFp8Pool(p.kv_pool_fp8, p.kv_dtype, p.kv_scale);
+    };
     for (int64_t s : bucket.steps)
     {
       HostProblem const &p = steps.get(src, s, k.mask);
@@ -166,27 +178,33 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
       padBatch(meta, bucket.size);
       if (!storage)
       {
+        // A design that does not serve the pool's dtype with these numerics says so from plan()
+        // (requireServed), and memory that holds no FP8 pool from its upload: the row is
+        // unsupported with the reason, never run another way.
         try
         {
           design->plan(bucket.bounds, opt);
+          storage = makeBatchStorage(design->memory(), bucket.capacity);
+          if (shared_pool)
+            storage->uploadPool(*shared_pool);
+          else if (shared_fp8)
+            storage->uploadFp8Pool(*shared_fp8, axes.kv_dtype, static_cast<float>(axes.kv_scale));
+          else
+            uploadStepPool(p);
         }
         catch (Unsupported const &e)
         {
+          storage.reset();
           acc.unsupported = true;
           acc.note = e.what();
           tick(static_cast<int64_t>(bucket.steps.size()));
           break;
         }
-        storage = makeBatchStorage(design->memory(), bucket.capacity);
-        if (shared_pool)
-          storage->uploadPool(*shared_pool);
       }
+      else if (!shared_pool && !shared_fp8)
+        uploadStepPool(p);
       storage->setMetadata(meta, p.shape);
       storage->uploadQueries(p.q);
-      if (!shared_pool && p.kv_dtype == KvDtype::kBf16)
-        storage->uploadPool(p.kv_pool);
-      else if (!shared_pool)
-        storage->uploadFp8Pool(p.kv_pool_fp8, p.kv_dtype, p.kv_scale);
       if (!prepared)
       {
         // Eager warm-up first (module load, scratch growth, 'grow' workspaces), then capture.
@@ -195,13 +213,13 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
         exec.prepare(*design, *storage, k.mode);
         prepared = true;
       }
-      Cost const cost = costOf(meta, p.shape.num_heads);
+      Cost const cost = costOf(meta, p.shape.num_heads, axes.kv_dtype);
       if (stepChecked(c.seed, s, c.check_rate) &&
           (c.max_check_flops <= 0 || cost.flops <= static_cast<double>(c.max_check_flops)))
       {
         storage->poisonOutput();
         exec.timeRun(*design, *storage, k.mode, false);
-        ErrorStats const e = checkStepOutput(src, s, p, storage->downloadOutput(), refs);
+        ErrorStats const e = checkStepOutput(src, s, p, storage->downloadOutput(), refs, k.numerics);
         ++acc.checked;
         acc.max_abs = std::max(acc.max_abs, e.max_abs);
         acc.rel_l2 = std::max(acc.rel_l2, e.rel_l2);
@@ -224,6 +242,7 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
         acc.step_medians.push_back(summarize(t).median);
         acc.flops += cost.flops;
         acc.bytes += cost.bytes_min;
+        acc.kv_bytes += cost.kv_bytes;
         if (peak_f > 0 && peak_b > 0)
           acc.roofline += rooflineSeconds(cost, peak_f, peak_b);
         if (peak_mma > 0 && peak_b > 0)
@@ -254,6 +273,7 @@ void finishRow(ResultRow &row, RowAccumulator const &acc)
     row.total_median += m;
   row.flops = acc.flops;
   row.bytes = acc.bytes;
+  row.kv_bytes = acc.kv_bytes;
   if (row.total_median > 0)
   {
     row.tflops = acc.flops / row.total_median * 1e-12;
@@ -337,6 +357,7 @@ ResultSet runExperiment(ExperimentConfig const &c, std::vector<std::unique_ptr<S
       base.workspace = k.workspace;
       base.mode = k.mode;
       base.l2_flush = k.l2_flush;
+      base.numerics = k.numerics;
       std::map<int, RowAccumulator> per_bucket;
       if (!buckets.count(k.mask))
         buckets[k.mask] = bucketize(*src, c, k.mask);
@@ -365,6 +386,7 @@ ResultSet runExperiment(ExperimentConfig const &c, std::vector<std::unique_ptr<S
           merged.step_medians.insert(merged.step_medians.end(), acc.step_medians.begin(), acc.step_medians.end());
           merged.flops += acc.flops;
           merged.bytes += acc.bytes;
+          merged.kv_bytes += acc.kv_bytes;
           merged.roofline += acc.roofline;
           merged.mma_roofline += acc.mma_roofline;
           merged.fma_roofline += acc.fma_roofline;

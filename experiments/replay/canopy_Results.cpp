@@ -18,17 +18,18 @@ namespace canopy
 {
 namespace
 {
-std::string optionsKey(ResultRow const &r)
-{
-  return r.input + "|" + r.group + "|" + toString(r.mask) + "|" + std::to_string(r.nsplit) + "|" +
-         toString(r.workspace) + "|" + toString(r.mode) + "|" + (r.l2_flush ? "1" : "0");
-}
-
 std::string fmt(char const *f, double v)
 {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
   return buf;
+}
+
+std::string optionsKey(ResultRow const &r)
+{
+  return r.input + "|" + toString(r.axes.kv_dtype) + "|" + fmt("%.9g", r.axes.kv_scale) + "|" + r.group + "|" +
+         toString(r.mask) + "|" + std::to_string(r.nsplit) + "|" + toString(r.workspace) + "|" + toString(r.mode) +
+         "|" + (r.l2_flush ? "1" : "0") + "|" + toString(r.numerics);
 }
 
 /// A column's time unit: µs while its largest value is below 1 ms, then ms, then s.
@@ -88,6 +89,7 @@ TableLayout layoutOf(ResultSet const &rs, bool latex)
       {"workspace", [](auto const &r) { return toString(r.workspace); }},
       {"mode", [](auto const &r) { return toString(r.mode); }},
       {"L2 flush", [](auto const &r) { return std::string(r.l2_flush ? "yes" : "no"); }},
+      {"numerics", [](auto const &r) { return toString(r.numerics); }},
   };
   std::string constants;
   for (auto &c : options)
@@ -197,10 +199,21 @@ std::string rowsIdentityDigest(std::vector<ResultRow> const &rows)
   static std::set<std::string> const identity{"input",     "group",           "trace",  "batch",  "heads", "tree",
                                               "prefix",    "ragged",          "compacted", "values", "recorded_values",
                                               "design",    "mask",            "nsplit", "workspace", "mode",
-                                              "l2_flush",  "order"};
+                                              "l2_flush",  "order", "kv_dtype", "kv_scale", "numerics"};
   std::string text;
   for (ResultRow const &r : rows)
-    text += rowJson(r, [](char const *key) { return identity.count(key) > 0; }).dump() + "\n";
+  {
+    nlohmann::ordered_json o = rowJson(r, [](char const *key) { return identity.count(key) > 0; });
+    // The FP8 fields join the digest only where they differ from the one value files written
+    // before them held, so those files' digests (and their shards' merge) stay as they were.
+    if (r.axes.kv_dtype == KvDtype::kBf16)
+      o.erase("kv_dtype");
+    if (r.axes.kv_scale == 1.0)
+      o.erase("kv_scale");
+    if (r.numerics == Numerics::kDequant)
+      o.erase("numerics");
+    text += o.dump() + "\n";
+  }
   return contentHash(text);
 }
 
@@ -257,8 +270,8 @@ ResultSet resultSetFromJson(std::string const &text, std::string const &source)
       ResultRow r;
       forEachField(r, [&](char const *key, auto &v) {
         where = source + ": rows[" + std::to_string(i) + "]";
-        if (boundAddedLater(key) && rows[i].is_object() && !rows[i].contains(key))
-          return;  // an unknown bound, 0, as the writer records one
+        if (columnAddedLater(key) && rows[i].is_object() && !rows[i].contains(key))
+          return;  // the field's default: what a file written before the column held
         auto const &value = field(rows[i], key);
         where += std::string(".") + key;
         if constexpr (std::is_enum_v<std::decay_t<decltype(v)>>)

@@ -50,6 +50,8 @@ struct InputAxes
   bool compacted = false;  ///< synthetic KV slots without fragmentation
   ValueMode values = ValueMode::kRandom;
   bool recorded_values = false;  ///< a trace's own q, pool and expected output
+  KvDtype kv_dtype = KvDtype::kBf16;  ///< the pool's storage as replayed (docs/design.md §8)
+  double kv_scale = 1.0;              ///< fp8-e4m3 / fp8-e5m2: the per-tensor scale (1 otherwise)
 };
 
 /// \brief One row: (design, options, input group). Times in seconds per verify step.
@@ -66,6 +68,7 @@ struct ResultRow
   WorkspaceStrategy workspace = WorkspaceStrategy::kPersistent;
   ExecMode mode = ExecMode::kEager;
   bool l2_flush = false;
+  Numerics numerics = Numerics::kDequant;  ///< what the products multiply (docs/design.md §8)
   RowStatus status = RowStatus::kOk;
   std::string note;
   std::string device;  ///< the one device the row ran on (Executor::rowDevice): a GPU by index and UUID
@@ -74,6 +77,7 @@ struct ResultRow
   double median = 0, p10 = 0, p90 = 0;    ///< per-step time over all samples
   double total_median = 0;                ///< sum over steps of each step's median time
   double flops = 0, bytes = 0;            ///< summed over steps
+  double kv_bytes = 0;                    ///< KV pool bytes read, summed over steps (Cost::kv_bytes)
   double tflops = 0, gbps = 0;            ///< flops / total_median, bytes / total_median
   double roofline_s = 0;                  ///< summed per-step bound (0 when peaks unknown)
   double roofline_fraction = 0;           ///< roofline_s / total_median
@@ -92,9 +96,14 @@ struct ResultRow
   int64_t order = 0;  ///< position in the unsharded run (input, then option combination, then design)
 };
 
-/// \brief Columns added to schema 2 after files were written without them: bounds, which read as 0
-/// (unknown) where a file lacks them.
-inline bool boundAddedLater(std::string_view key) { return key == "copy_roofline_s" || key == "copy_roofline_fraction"; }
+/// \brief Columns added to schema 2 after files were written without them, which read as the
+/// default of their field where a file lacks them: bounds and kv_bytes as 0 (unknown), the KV
+/// dtype, its scale and the numerics as the only ones such a file could hold (bf16, 1, dequant).
+inline bool columnAddedLater(std::string_view key)
+{
+  return key == "copy_roofline_s" || key == "copy_roofline_fraction" || key == "kv_dtype" || key == "kv_scale" ||
+         key == "numerics" || key == "kv_bytes";
+}
 
 /// \brief The one mapping between a ResultRow and its named columns (results.json keys, results.csv
 /// header): calls f(key, field) for every field, in column order. \p Row is ResultRow, const or not.
@@ -112,6 +121,8 @@ void forEachField(Row &r, F &&f)
   f("compacted", r.axes.compacted);
   f("values", r.axes.values);
   f("recorded_values", r.axes.recorded_values);
+  f("kv_dtype", r.axes.kv_dtype);
+  f("kv_scale", r.axes.kv_scale);
   f("design", r.design);
   f("path", r.path);
   f("splits", r.splits);
@@ -120,6 +131,7 @@ void forEachField(Row &r, F &&f)
   f("workspace", r.workspace);
   f("mode", r.mode);
   f("l2_flush", r.l2_flush);
+  f("numerics", r.numerics);
   f("status", r.status);
   f("note", r.note);
   f("device", r.device);
@@ -131,6 +143,7 @@ void forEachField(Row &r, F &&f)
   f("total_median_s", r.total_median);
   f("flops", r.flops);
   f("bytes_min", r.bytes);
+  f("kv_bytes", r.kv_bytes);
   f("tflops", r.tflops);
   f("gbps", r.gbps);
   f("roofline_s", r.roofline_s);

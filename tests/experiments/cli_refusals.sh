@@ -76,6 +76,17 @@ sweep "check_rate = nan" "batch = [1]";   config_refused "experiment.check_rate:
 sweep "max_check_gflop = -1" "batch = [1]"; config_refused "experiment.max_check_gflop: must be a finite number"
 sweep "repetitions = 0" "batch = [1]";    config_refused "experiment.repetitions: must be in [1, 1000000]"
 sweep "" "batch = [1]" 'names = ["reference", "reference"]'; config_refused "designs.names[1]: 'reference' is listed twice"
+# FP8 keys (docs/experiments.md, "KV dtype"): unknown dtypes, scales an fp32 cannot hold as > 0, and
+# numerics with no meaning for an input's dtype, each refused naming its key before any work.
+sweep "" "kv_dtype = \"fp8\"";          config_refused "inputs.sweep[0].kv_dtype[0]: unknown kv dtype 'fp8'"
+sweep "" "kv_scale = 0";                  config_refused "inputs.sweep[0].kv_scale: must be a finite number > 0"
+sweep "" "kv_scale = nan";                config_refused "inputs.sweep[0].kv_scale: must be a finite number > 0"
+sweep "" "kv_dtype = \"fp8-e4m3\"" "" 'numerics = "mma"'; config_refused "options.numerics[0]: unknown numerics 'mma'"
+sweep "" "batch = [1]" "" 'numerics = ["fp8-mma"]'; config_refused "options.numerics[0]: numerics fp8-mma needs kv dtype fp8-e4m3 or fp8-e5m2, not bf16"
+sweep "" "kv_dtype = \"fp8-e4m3-blockscaled\"" "" 'numerics = ["fp8-mma"]'; config_refused "not fp8-e4m3-blockscaled (inputs.sweep[0].kv_dtype[0])"
+{ echo '[inputs]'; echo "traces = [\"$trace\"]"; echo '[designs]'; echo 'names = ["reference"]'; echo '[options]'; echo 'numerics = "fp8-mma"'; } > bad.toml
+config_refused "options.numerics[0]: numerics fp8-mma needs kv dtype fp8-e4m3 or fp8-e5m2, not bf16 (inputs.traces[0]"
+ls -d bad-* > /dev/null 2>&1 && { echo "FAILED: a refused config left an output folder" >&2; failures=$((failures + 1)); }
 { echo '[inputs]'; echo 'max_steps = -1'; echo "traces = [\"$trace\"]"; echo '[designs]'; echo 'names = ["reference"]'; } > bad.toml
 config_refused "inputs.max_steps: must be in [0,"
 

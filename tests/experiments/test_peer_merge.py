@@ -78,6 +78,45 @@ class PeerMerge(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertEqual(self.cells(out)[0][8:10], ["39.0", "0.91x"])
 
+    def test_fp8_rows_are_rows_of_their_own_and_join_the_results(self):
+        # Two rows of one design and shape that differ only in the KV dtype are two rows, each beside
+        # the peer's row of the same dtype; with --results-out the peer's rows become results rows.
+        rows = [dict(row("cuda-sm90", (1, 17, 65536), 40.0), kv_dtype="bf16"),
+                dict(row("cuda-sm90", (1, 17, 65536), 22.0), kv_dtype="fp8-e4m3", numerics="dequant")]
+        torch_rows = [{"design": "torch-gather-bmm", "B": 1, "T": 17, "P": 65536, "H": 8, "median_us": m,
+                       "kv_dtype": d, "kv_scale": 1.0, "numerics": "dequant", "finite": True, "check": "ok",
+                       "kv_bytes": (65536 + 17) * (1152 if d == "bf16" else 576)}
+                      for d, m in (("bf16", 200.0), ("fp8-e4m3", 260.0))]
+        with tempfile.TemporaryDirectory() as d:
+            merged = os.path.join(d, "all", "results.json")
+            out = self.merge(rows, [torch_rows], "--results-out", merged)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            c = self.cells(out)
+            self.assertEqual([x[:5] for x in c], [["1", "8", "17", "65536", "bf16"], ["1", "8", "17", "65536", "fp8-e4m3"]])
+            self.assertEqual(c[0][8:10], ["40.0", "0.20x"])
+            self.assertEqual(c[1][8:10], ["22.0", "0.08x"])
+            with open(merged) as f:
+                res = json.load(f)
+        peer = [r for r in res["rows"] if r["design"] == "torch-gather-bmm"]
+        self.assertEqual(len(res["rows"]), 4)
+        self.assertEqual([(r["kv_dtype"], r["status"]) for r in peer], [("bf16", "ok"), ("fp8-e4m3", "ok")])
+        self.assertAlmostEqual(peer[0]["median_s"], 200e-6, delta=1e-12)
+        self.assertAlmostEqual(peer[1]["median_s"], 260e-6, delta=1e-12)
+        self.assertEqual((peer[1]["batch"], peer[1]["tree"], peer[1]["prefix"], peer[1]["mode"]), (1, 17, 65536, "graph"))
+        self.assertEqual(peer[1]["kv_bytes"], (65536 + 17) * 576)
+
+    def test_rows_of_both_numerics_are_refused_until_picked(self):
+        rows = [dict(row("cuda-sm90", (1, 17, 16384), 20.0), kv_dtype="fp8-e4m3", numerics="dequant"),
+                dict(row("cuda-sm90", (1, 17, 16384), 15.0), kv_dtype="fp8-e4m3", numerics="fp8-mma")]
+        peer = [[{"design": "torch-gather-bmm", "B": 1, "T": 17, "P": 16384, "H": 8, "median_us": 90.0,
+                  "kv_dtype": "fp8-e4m3"}]]
+        out = self.merge(rows, peer)
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("--numerics", out.stderr)
+        out = self.merge(rows, peer, "--numerics", "fp8-mma")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(self.cells(out)[0][8:10], ["15.0", "0.17x"])
+
 
 if __name__ == "__main__":
     unittest.main()

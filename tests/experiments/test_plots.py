@@ -63,6 +63,23 @@ def grid(designs, Bs, Ts, Ps, **fields):
     return [row(d, B, T, P, **fields) for B in Bs for T in Ts for P in Ps for d in designs]
 
 
+FP8_SPEEDUP = {"cuda-sm90": 1.8, "torch-gather-bmm": 0.8}
+
+
+def fp8_rows():
+    rows = []
+    for r in grid(["cuda-sm90", "torch-gather-bmm"], [1, 8], [17, 65, 256], [4096, 65536]):
+        r["kv_dtype"], r["numerics"] = "bf16", "dequant"
+        rows.append(r)
+        k = FP8_SPEEDUP[r["design"]]
+        rows.append(dict(r, kv_dtype="fp8-e4m3", **{f: r[f] / k for f in ("median_s", "p10_s", "p90_s",
+                                                                            "total_median_s")}))
+    rows.append(row("cuda-sm120", 1, 17, 4096, kv_dtype="fp8-e4m3", numerics="dequant", status="unsupported",
+                    samples=0, median_s=0.0, note="cuda-sm120: kv dtype fp8-e4m3 with numerics dequant: reads bf16 "
+                                                  "KV pools only"))
+    return rows
+
+
 def png_size(path):
     with open(path, "rb") as f:
         head = f.read(24)
@@ -103,6 +120,10 @@ def fixtures():
     rows = [row("reference", B, 5, 32, H=2, mask=m, roofline_s=0.0, mma_roofline_s=0.0, ragged=True,
                 mode="eager", l2_flush=False) for B in (1, 3) for m in ("tree", "parents")]
     out["host"] = (results("tiny", rows, "reference", env=HOST_ENV), ["--format", "png"], ["roofline", "options"])
+    # bf16 against FP8 (the fp8.toml run with the PyTorch peer merged in): cuda-sm90 1.8x faster in
+    # fp8-e4m3, the peer 1.25x slower (it dequantises inside its time), a design without FP8 unsupported
+    out["fp8"] = (results("fp8", fp8_rows(), "cuda-sm90"), ["--format", "png"],
+                  ["tree", "roofline", "speedup", "options", "kv_dtype"])
     # nothing timed
     out["failed"] = (results("failed", [row("cuda-sm120", 1, 33, 4096, status="FAILED", samples=0)], "cuda-sm120"),
                      ["--format", "png"], [])
@@ -152,7 +173,7 @@ class PlotsRender(unittest.TestCase):
             # one (3.5 in) or two (7 in) columns at 200 dpi, plus the caption's margins
             self.assertLessEqual(w, 7.3 * style.PNG_DPI, f"{path}: {w} px wide")
             self.assertGreater(h, 1.0 * style.PNG_DPI, f"{path}: {h} px high")
-        for kind in {"prefix", "tree", "roofline", "speedup", "options"} - set(kinds):
+        for kind in {"prefix", "tree", "roofline", "speedup", "options", "kv_dtype"} - set(kinds):
             self.assertIn(f"skipped {'all' if not kinds else kind}:", output)
         return written, output
 
@@ -168,6 +189,21 @@ class PlotsRender(unittest.TestCase):
         written, _ = self.check("graph")  # --out figs, relative to the working folder
         self.assertTrue(all(os.path.dirname(p) == os.path.join(self.tmp.name, "graph", "figs")
                             for p in written.values()), written)
+
+    def test_fp8_against_bf16(self):
+        written, output = self.check("fp8")
+        table = os.path.join(os.path.dirname(written["kv_dtype"]), "fp8_kv_dtype.md")
+        self.assertIn(f"wrote {table}", output)
+        with open(table, encoding="utf-8") as f:
+            text = f.read()
+        lines = [l for l in text.splitlines() if l.startswith("| ") and not l.startswith("| design")]
+        self.assertEqual(len(lines), 2 * 2 * 3 * 2, text)  # designs x B x T x P: one line per pair
+        cells = [[c.strip() for c in l.strip().strip("|").split("|")] for l in lines]
+        self.assertEqual(cells[0][:5], ["cuda-sm90", "1", "8", "17", "4K"])
+        self.assertTrue(all(c[-1] == "1.80x" for c in cells if c[0] == "cuda-sm90"), text)
+        self.assertTrue(all(c[-1] == "0.80x" for c in cells if c[0] == "torch-gather-bmm"), text)
+        self.assertIn("cuda-sm120 fp8-e4m3: unsupported (cuda-sm120: kv dtype fp8-e4m3", text)
+        self.assertIn("dequantises the rows it gathers", text)
 
     def test_tree_sweep(self):
         self.check("tsweep")
@@ -194,6 +230,29 @@ class PlotsRender(unittest.TestCase):
 
 
 class PlotsData(unittest.TestCase):
+    def test_fp8_pairs_match_design_shape_and_options_only(self):
+        from plots import kv_dtype
+        rows = fp8_rows()
+        rows.append(dict(rows[1], mask="full"))  # an FP8 row of another mask: no bf16 row beside it
+        rows.append(dict(rows[1], kv_dtype="fp8-e5m2", numerics="fp8-mma", total_median_s=rows[0]["total_median_s"] / 2))
+        run = data.Run(results("fp8", rows, "cuda-sm90"))
+        pairs = kv_dtype.pairs(run)
+        self.assertEqual(len(pairs), 2 * 2 * 3 * 2 + 1)
+        self.assertTrue(all(p.bf16.get("kv_dtype") == "bf16" and p.bf16.design == p.design for p in pairs))
+        self.assertTrue(all(p.bf16.input_key() == p.fp8.input_key() for p in pairs))
+        # ... while to scripts that match rows by their problem (compare_builds.py) they are two problems
+        self.assertTrue(all(p.bf16.shape_key() != p.fp8.shape_key() for p in pairs))
+        self.assertEqual(pairs[0].fp8.label(), "B=1 H=8 T=17 P=4K fp8-e4m3")
+        self.assertEqual(pairs[0].bf16.label(), "B=1 H=8 T=17 P=4K")
+        mma = [p for p in pairs if p.numerics == "fp8-mma"]
+        self.assertEqual(len(mma), 1)
+        self.assertAlmostEqual(mma[0].speedup, 2.0)
+        # rows of files written before FP8 (no kv_dtype field) are bf16 and pair with nothing
+        old = [{k: v for k, v in r.items() if k not in ("kv_dtype", "numerics")} for r in fp8_rows()[:4]]
+        self.assertEqual(kv_dtype.pairs(data.Run(results("old", old, "cuda-sm90"))), [])
+        self.assertEqual(kv_dtype.table(data.Run(results("old", old, "cuda-sm90"))), "")
+
+
     def test_axes_come_from_fields_never_the_label(self):
         # The label says one shape, the fields another: the fields win.
         r = data.Row(dict(row("cuda-sm120", 8, 65, 16384), input="B=1 H=2 T=5 P=32"))

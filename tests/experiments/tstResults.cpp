@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -181,6 +182,8 @@ ResultRow distinctRow()
   r.axes.compacted = true;
   r.axes.values = ValueMode::kTreeDominant;
   r.axes.recorded_values = true;
+  r.axes.kv_dtype = KvDtype::kFp8E5m2;
+  r.axes.kv_scale = 0.046875;
   r.design = "cuda-x";
   r.path = "cuda-x/mma-split13-f32/tree";
   r.splits = 13;
@@ -189,6 +192,7 @@ ResultRow distinctRow()
   r.workspace = WorkspaceStrategy::kGrow;
   r.mode = ExecMode::kGraph;
   r.l2_flush = true;
+  r.numerics = Numerics::kFp8Mma;
   r.status = RowStatus::kUnsupported;
   r.note = "line one\nline two";
   r.steps = 19;
@@ -199,6 +203,7 @@ ResultRow distinctRow()
   r.total_median = 2.25e-4;
   r.flops = 3.5e12;
   r.bytes = 4.5e9;
+  r.kv_bytes = 4.25e9;
   r.tflops = 5.5;
   r.gbps = 6.5;
   r.roofline_s = 7.5e-6;
@@ -221,9 +226,9 @@ ResultRow distinctRow()
 auto fields(ResultRow const &r)
 {
   return std::tie(r.input, r.group, r.axes.trace, r.axes.batch, r.axes.heads, r.axes.tree, r.axes.prefix, r.axes.ragged,
-                  r.axes.compacted, r.axes.values, r.axes.recorded_values, r.design, r.path, r.splits, r.mask, r.nsplit,
-                  r.workspace, r.mode, r.l2_flush, r.status, r.note, r.steps, r.samples, r.median, r.p10, r.p90,
-                  r.total_median, r.flops, r.bytes, r.tflops, r.gbps, r.roofline_s, r.roofline_fraction, r.mma_roofline_s,
+                  r.axes.compacted, r.axes.values, r.axes.recorded_values, r.axes.kv_dtype, r.axes.kv_scale, r.design,
+                  r.path, r.splits, r.mask, r.nsplit, r.workspace, r.mode, r.l2_flush, r.numerics, r.status, r.note,
+                  r.steps, r.samples, r.median, r.p10, r.p90, r.total_median, r.flops, r.bytes, r.kv_bytes, r.tflops, r.gbps, r.roofline_s, r.roofline_fraction, r.mma_roofline_s,
                   r.mma_roofline_fraction, r.fma_roofline_s, r.fma_roofline_fraction, r.copy_roofline_s, r.copy_roofline_fraction, r.speedup, r.checked_steps, r.max_abs,
                   r.rel_l2, r.workspace_bytes, r.order);
 }
@@ -327,5 +332,46 @@ TEST(Results, readerRefusesAnotherSchemaAndSaysHowToRegenerate)
   {
     EXPECT_NE(std::string(e.what()).find("rows[2].mask"), std::string::npos) << e.what();
   }
+}
+} // namespace
+
+namespace
+{
+TEST(Results, filesWrittenBeforeTheFp8ColumnsReadAsBf16AndKeepTheirDigest)
+{
+  // A run's results committed before kv_dtype, kv_scale, numerics and kv_bytes were columns: they
+  // read as the only values such a file could hold, and the identity digest its run wrote still
+  // matches, so its shards still merge.
+  std::string const path = std::string(CANOPY_CONFIG_DIR) + "/../../docs/results/h100-sm90-cluster/run16-pairs/results.json";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  std::string const text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(text.find("\"kv_dtype\""), std::string::npos) << "the file must predate the column";
+  // It predates the device column too (not an identity field): given one, it reads.
+  auto j = nlohmann::json::parse(text);
+  for (auto &row : j["rows"])
+    row["device"] = "GPU 0";
+  ResultSet const rs = resultSetFromJson(j.dump(), path);
+  ASSERT_FALSE(rs.rows.empty());
+  for (ResultRow const &r : rs.rows)
+  {
+    EXPECT_EQ(r.axes.kv_dtype, KvDtype::kBf16);
+    EXPECT_EQ(r.axes.kv_scale, 1.0);
+    EXPECT_EQ(r.numerics, Numerics::kDequant);
+    EXPECT_EQ(r.kv_bytes, 0.0);
+  }
+  EXPECT_EQ(rowsIdentityDigest(rs.rows), rs.environment.at("rows_identity"));
+
+  // Two rows that differ only in the pool's dtype, its scale or the numerics are different rows.
+  std::vector<ResultRow> rows{rs.rows.front()};
+  std::string const base = rowsIdentityDigest(rows);
+  rows[0].axes.kv_dtype = KvDtype::kFp8E4m3;
+  std::string const e4m3 = rowsIdentityDigest(rows);
+  EXPECT_NE(e4m3, base);
+  rows[0].axes.kv_scale = 0.5;
+  EXPECT_NE(rowsIdentityDigest(rows), e4m3);
+  rows[0].axes.kv_scale = 1.0;
+  rows[0].numerics = Numerics::kFp8Mma;
+  EXPECT_NE(rowsIdentityDigest(rows), e4m3);
 }
 } // namespace
