@@ -213,7 +213,7 @@ ragged = true
 steps = 2
 values = "tree-dominant"
 [designs]
-names = ["reference", "kokkos-team"]
+names = ["reference", "kokkos-team", "kokkos-kk"]
 [options]
 mask = ["parents"]
 nsplit = [2]
@@ -233,7 +233,7 @@ std::map<std::string, ResultRow> byDesignAndDtype(ResultSet const &rs)
 TEST(Fp8Replay, everyDtypeIsReplayedAndCheckedAgainstTheReferenceOfItsQuantisedPool)
 {
   ResultSet const rs = runExperiment(sweepConfig(R"(["bf16", "fp8-e4m3", "fp8-e5m2", "fp8-e4m3-blockscaled"])"));
-  ASSERT_EQ(rs.rows.size(), 8u);  // 4 dtypes x 2 designs
+  ASSERT_EQ(rs.rows.size(), 12u);  // 4 dtypes x 3 designs
   auto const rows = byDesignAndDtype(rs);
   double const bf16_kv = rows.at("reference bf16 dequant").kv_bytes;
   EXPECT_GT(bf16_kv, 0);
@@ -249,8 +249,12 @@ TEST(Fp8Replay, everyDtypeIsReplayedAndCheckedAgainstTheReferenceOfItsQuantisedP
     EXPECT_DOUBLE_EQ(ref.kv_bytes, bf16_kv * kvRowBytes(d) / 1152);
     EXPECT_EQ(ref.axes.kv_scale, d == KvDtype::kFp8E4m3 || d == KvDtype::kFp8E5m2 ? 0.375 : 1.0);
     EXPECT_NE(ref.input.find(d == KvDtype::kBf16 ? "P=90" : toString(d)), std::string::npos) << ref.input;
-    // kokkos-team reads bf16 pools only: its FP8 rows say so, never a silent bf16 run.
-    ResultRow const &kk = rows.at("kokkos-team " + toString(d) + " dequant");
+    // kokkos-team dequantises every FP8 pool: its rows are checked like the reference's.
+    ResultRow const &team = rows.at("kokkos-team " + toString(d) + " dequant");
+    EXPECT_EQ(team.status, RowStatus::kOk) << team.note;
+    EXPECT_EQ(team.checked_steps, 2);
+    // kokkos-kk reads bf16 pools only: its FP8 rows say so, never a silent bf16 run.
+    ResultRow const &kk = rows.at("kokkos-kk " + toString(d) + " dequant");
     if (d == KvDtype::kBf16)
       EXPECT_EQ(kk.status, RowStatus::kOk) << kk.note;
     else
@@ -269,11 +273,11 @@ TEST(Fp8Replay, fp8MmaRowsAreCheckedWithTheirOwnNumerics)
 {
   ResultSet const rs =
       runExperiment(sweepConfig(R"(["fp8-e4m3", "fp8-e5m2"])", "numerics = [\"dequant\", \"fp8-mma\"]\n"));
-  ASSERT_EQ(rs.rows.size(), 8u);  // 2 dtypes x 2 numerics x 2 designs
+  ASSERT_EQ(rs.rows.size(), 12u);  // 2 dtypes x 2 numerics x 3 designs
   for (auto const &[key, r] : byDesignAndDtype(rs))
   {
     SCOPED_TRACE(key);
-    if (r.design == "reference")
+    if (r.design == "reference" || (r.design == "kokkos-team" && r.numerics == Numerics::kDequant))
     {
       EXPECT_EQ(r.status, RowStatus::kOk) << r.note;
       EXPECT_EQ(r.checked_steps, 2);
