@@ -9,34 +9,41 @@
 #include "canopy_KvDtype.hpp"
 
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include <cstdint>
 
 namespace canopy::cuda::Impl
 {
-/// Two FP8 values (the low and high byte of \p two) of pool dtype \p KV (e5m2 for fp8-e5m2, e4m3fn
-/// for the others) as f16x2, low byte in the low half: the conversion of sm_89 and later, exact.
+/// Two FP8 values of pool dtype \p KV, bytes \p sel of \p four (a __byte_perm selector putting them
+/// in the high bytes of two halfwords), as bf16x2 by bit placement: the sign stays the top bit,
+/// exponent and mantissa move under bf16's (4 places right for e4m3, 3 for e5m2), which reads as
+/// the value times 2^-120 (2^-112): one multiply by 2^120 (2^112) restores it, subnormals
+/// included (bf16 arithmetic keeps them). Integer and FMA-pipe instructions only: the same speed
+/// as the sm_89+ conversion instructions (cvt.rn.f16x2.e4m3x2, then to bf16) in cuda-sm90's
+/// producer, measured side by side (docs/results/fp8-dequant.md), and it builds for any target.
 template <KvDtype KV>
-__device__ __forceinline__ __half2 fp8x2ToHalf2(uint16_t two)
+__device__ __forceinline__ __nv_bfloat162 fp8x2ToBf16x2(uint32_t four, uint32_t sel)
 {
-  uint32_t h;
-  if constexpr (KV != KvDtype::kFp8E5m2)
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(two));
-  else
-    asm("cvt.rn.f16x2.e5m2x2 %0, %1;\n" : "=r"(h) : "h"(two));
-  return *reinterpret_cast<__half2 *>(&h);
+  constexpr bool E5M2 = KV == KvDtype::kFp8E5m2;
+  uint32_t const x = __byte_perm(four, 0u, sel);
+  uint32_t const h = ((x & 0x7f007f00u) >> (E5M2 ? 3 : 4)) | (x & 0x80008000u);
+  __nv_bfloat162 const v = *reinterpret_cast<__nv_bfloat162 const *>(&h);
+  __nv_bfloat16 const bias = __float2bfloat16_rn(E5M2 ? 0x1p112f : 0x1p120f);
+  return __hmul2(v, __nv_bfloat162(bias, bias));
 }
 
 /// Four FP8 values (bytes of \p four, lowest first) times \p scale as two bf16x2 words, value k at
-/// bf16 position k. \p scale is 1 or a power of two (exact); f16 -> f32 -> bf16 is exact for FP8 values.
+/// bf16 position k. \p scale is 1 or a power of two (exact).
 template <KvDtype KV>
 __device__ __forceinline__ uint2 fp8x4ToBf16x4(uint32_t four, float scale)
 {
-  float2 const lo = __half22float2(fp8x2ToHalf2<KV>(static_cast<uint16_t>(four & 0xffffu)));
-  float2 const hi = __half22float2(fp8x2ToHalf2<KV>(static_cast<uint16_t>(four >> 16)));
-  __nv_bfloat162 const a = __floats2bfloat162_rn(lo.x * scale, lo.y * scale);
-  __nv_bfloat162 const b = __floats2bfloat162_rn(hi.x * scale, hi.y * scale);
+  __nv_bfloat162 a = fp8x2ToBf16x2<KV>(four, 0x1404u), b = fp8x2ToBf16x2<KV>(four, 0x3424u);
+  if (scale != 1.f)
+  {
+    __nv_bfloat16 const s = __float2bfloat16_rn(scale);
+    a = __hmul2(a, __nv_bfloat162(s, s));
+    b = __hmul2(b, __nv_bfloat162(s, s));
+  }
   return make_uint2(*reinterpret_cast<uint32_t const *>(&a), *reinterpret_cast<uint32_t const *>(&b));
 }
 

@@ -98,6 +98,10 @@ struct Sm90ProducerConfig : Sm90Config
   static constexpr bool READS_FP8 = true;  ///< its producer converts FP8 pools (Fp8TileWriter)
   static constexpr int PRODUCER_REGS = 72;
   static constexpr int COMPUTE_REGS = 216;
+  /// An FP8 pool's producer holds its rows in registers (Fp8TileWriter): it takes 16 more (at 72 a
+  /// batch of 4 spilled; the compute warpgroups need 196, docs/results/cuda-sm90.md).
+  static constexpr int FP8_PRODUCER_REGS = 88;
+  static constexpr int FP8_COMPUTE_REGS = 208;
   static constexpr int FULL_ARRIVALS = PRODUCER_THREADS;
   static constexpr int EMPTY_ARRIVALS = THREADS / 32;
   static constexpr int ROWS_PER_WARP = N_TILE / (PRODUCER_THREADS / 32);  ///< 16 rows of a stage per producer warp
@@ -105,6 +109,9 @@ struct Sm90ProducerConfig : Sm90Config
   /// warpgroups can take only what the producer gives back (a producer at 80 left them waiting forever).
   static constexpr int LAUNCH_REGS = 65536 / (THREADS + PRODUCER_THREADS) / 8 * 8;
   static_assert(PRODUCER_REGS * PRODUCER_THREADS + COMPUTE_REGS * THREADS <= LAUNCH_REGS * (THREADS + PRODUCER_THREADS),
+                "register file");
+  static_assert(FP8_PRODUCER_REGS * PRODUCER_THREADS + FP8_COMPUTE_REGS * THREADS <=
+                    LAUNCH_REGS * (THREADS + PRODUCER_THREADS),
                 "register file");
 };
 
@@ -212,13 +219,17 @@ struct ProducerCopies
 /// 16 w .. 16 w + 15 of a tile), read into registers with 16-byte L2 loads, converted to bf16
 /// (canopy_Fp8Convert.cuh) and stored into the swizzled stage the wgmma read, so the compute
 /// warpgroups run exactly as on a bf16 pool. A row's latent part is 32 chunks of 16 FP8 values, one
-/// per lane (a coalesced 512-byte read); its tail (one-scale: 4 FP8 rope chunks; block-scaled: 8
-/// bf16 rope chunks, copied as they are) is spread over the warp after the latent rows. Lane c's two
-/// bf16 chunks 2c and 2c + 1 go out in the order (c & 4 ? odd first : even first), so each quarter
-/// warp's 16-byte stores hit 8 distinct chunk columns of the swizzle (conflict-free).
-/// Model per 64-key tile and producer thread: 288 B loaded (half of the bf16 gather), 576 B stored,
-/// ~600 conversion instructions; 16 latent rows go in BATCH-row batches, the next batch's loads in
-/// flight while this one converts (registers: the producer keeps 72).
+/// per lane (a coalesced 512-byte read); its tail (one-scale: 4 FP8 rope chunks, in registers
+/// before the first batch; block-scaled: 8 bf16 rope chunks, put in place by cp.async) is spread
+/// over the warp. The rows go in batches of BATCH, the next batch's loads in flight while this one
+/// converts. Lane c's two bf16 chunks 2c and 2c + 1 go out in the order (c & 4 ? odd first : even
+/// first), so each quarter warp's 16-byte stores hit 8 distinct chunk columns of the swizzle.
+/// Model per 64-key tile and producer warp: 9 KB loaded (half the bf16 gather), 18 KB stored, ~600
+/// conversion instructions, and ROWS / BATCH load round trips in sequence, where the bf16 producer
+/// has all its cp.async in flight at once. Measured (H100, docs/results/fp8-dequant.md): the round
+/// trips bind, not the conversion: BATCH 4 is 1.2-1.3x faster than 2, 88 producer registers (a
+/// batch of 4 double-buffered, no spills) another 1.1-1.2x, integer or conversion-pipe decoding the
+/// same; the tile still takes 1.2-1.6x the bf16 tile's time.
 template <KvDtype KV>
 struct Fp8TileWriter
 {
@@ -230,7 +241,7 @@ struct Fp8TileWriter
   static constexpr int TAIL_CHUNKS = BLOCK_SCALED ? D_ROPE * 2 / 16 : D_ROPE / 16;  ///< rope chunks per row
   static constexpr int TAILS_PER_LANE = ROWS * TAIL_CHUNKS / 32;
   static constexpr int TAIL_AT = BLOCK_SCALED ? KV_BLOCKSCALED_ROPE_AT : D_LATENT;  ///< rope bytes in a row
-  static constexpr int BATCH = 2;
+  static constexpr int BATCH = 4;
   static_assert(LATENT_CHUNKS == 32 && ROWS % BATCH == 0 && ROWS * TAIL_CHUNKS % 32 == 0, "warp geometry");
   static_assert(ROW_BYTES % 16 == 0, "16-byte loads of every row");
 
@@ -498,7 +509,10 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
     int const warpgroup = sm90::warpUniform(static_cast<int>(threadIdx.x) / 128);
     if (warpgroup >= Cfg::WARPGROUPS)
     {
-      sm90::setMaxRegisters<Cfg::PRODUCER_REGS, false>();
+      if constexpr (KV == KvDtype::kBf16)
+        sm90::setMaxRegisters<Cfg::PRODUCER_REGS, false>();
+      else
+        sm90::setMaxRegisters<Sm90ProducerConfig::FP8_PRODUCER_REGS, false>();
       if (pair)
       {
         if (gathers)
@@ -509,7 +523,10 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
         produceTiles<KV>(p, info, kv_base, bars, st.ntiles);
       return;
     }
-    sm90::setMaxRegisters<Cfg::COMPUTE_REGS, true>();
+    if constexpr (KV == KvDtype::kBf16)
+      sm90::setMaxRegisters<Cfg::COMPUTE_REGS, true>();
+    else
+      sm90::setMaxRegisters<Sm90ProducerConfig::FP8_COMPUTE_REGS, true>();
     sm90::fenceProxyAsync();  // this thread's Q copies (landed in beginTile) for the wgmma
     computeBarrier<Cfg>();
   }
