@@ -229,7 +229,7 @@ struct ProducerCopies
 /// has all its cp.async in flight at once. Measured (H100, docs/results/fp8-dequant.md): the round
 /// trips bind, not the conversion: BATCH 4 is 1.2-1.3x faster than 2, 88 producer registers (a
 /// batch of 4 double-buffered, no spills) another 1.1-1.2x, integer or conversion-pipe decoding the
-/// same; the tile still takes 1.2-1.6x the bf16 tile's time.
+/// same; the step still takes 1.25-1.70x the bf16 step.
 template <KvDtype KV>
 struct Fp8TileWriter
 {
