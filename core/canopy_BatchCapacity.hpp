@@ -6,6 +6,7 @@
 #include "canopy_Error.hpp"
 #include "canopy_Problem.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -25,6 +26,24 @@ struct BatchCapacity
   {
     return {p.meta.batchSize(), p.meta.numNodes(), static_cast<int64_t>(p.meta.kv_indices.size()),
             static_cast<int64_t>(p.meta.custom_mask.size()), p.num_slots, p.shape.num_heads};
+  }
+  /// \brief The capacity that holds every problem of \p steps (a graph bucket's buffers); the heads
+  /// are the last step's (a bucket's steps share them).
+  template <class Steps>
+  static BatchCapacity covering(Steps const &steps)
+  {
+    BatchCapacity cap;
+    for (HostProblem const &p : steps)
+    {
+      BatchCapacity const c = of(p);
+      cap.max_batch = std::max(cap.max_batch, c.max_batch);
+      cap.max_nodes = std::max(cap.max_nodes, c.max_nodes);
+      cap.max_prefix_tokens = std::max(cap.max_prefix_tokens, c.max_prefix_tokens);
+      cap.max_mask_bytes = std::max(cap.max_mask_bytes, c.max_mask_bytes);
+      cap.num_slots = std::max(cap.num_slots, c.num_slots);
+      cap.num_heads = c.num_heads;
+    }
+    return cap;
   }
 
   /// \brief Buffer counts of a full bucket (every buffer at least one element, so none is null).

@@ -8,9 +8,11 @@
 namespace canopy::test
 {
 /// \brief A seeded DDTree-like problem (fragmented slots, random bf16, or tree-dominant values) of
-/// the given shape; \p seed goes through testSeed (CANOPY_TEST_SEED shifts it).
+/// the given shape, its pool stored as \p kv_dtype (quantised as the serving stacks write it);
+/// \p seed goes through testSeed (CANOPY_TEST_SEED shifts it).
 inline HostProblem problemOf(int batch, int heads, int tree, int64_t prefix, MaskLayout mask, uint64_t seed,
-                             bool ragged = false, int padded = 0, ValueMode values = ValueMode::kRandom)
+                             bool ragged = false, int padded = 0, ValueMode values = ValueMode::kRandom,
+                             KvDtype kv_dtype = KvDtype::kBf16, float kv_scale = 1.0f)
 {
   GeneratorOptions g;
   g.batch = batch;
@@ -22,6 +24,8 @@ inline HostProblem problemOf(int batch, int heads, int tree, int64_t prefix, Mas
   g.ragged = ragged;
   g.padded_rows = padded;
   g.values = values;
+  g.kv_dtype = kv_dtype;
+  g.kv_scale = kv_scale;
   return generateProblem(g);
 }
 } // namespace canopy::test

@@ -159,21 +159,14 @@ TEST_P(Sm90Fp8, graphReplayReadsTheLivePool)
   float const scales[] = {c.scale, c.scale, c.scale, c.scale * 4};
   std::vector<HostProblem> problems;
   std::vector<std::vector<double>> references;
-  BatchCapacity cap{};
   for (int i = 0; i < 4; ++i)
   {
     Fp8Case ci = c;
     ci.scale = scales[i];
     problems.push_back(makeFp8Problem(steps[i % 3], ci, MaskLayout::kTree, 6100 + i));
     references.push_back(referenceAttention(problems.back(), Numerics::kDequant));
-    BatchCapacity const k = BatchCapacity::of(problems.back());
-    cap.max_batch = std::max(cap.max_batch, k.max_batch);
-    cap.max_nodes = std::max(cap.max_nodes, k.max_nodes);
-    cap.max_prefix_tokens = std::max(cap.max_prefix_tokens, k.max_prefix_tokens);
-    cap.max_mask_bytes = std::max(cap.max_mask_bytes, k.max_mask_bytes);
-    cap.num_slots = std::max(cap.num_slots, k.num_slots);
-    cap.num_heads = k.num_heads;
   }
+  BatchCapacity const cap = BatchCapacity::covering(problems);
   PlanBounds bounds;
   bounds.max_batch = 3;
   bounds.max_tree = 40;

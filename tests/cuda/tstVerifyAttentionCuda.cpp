@@ -661,17 +661,7 @@ TEST_P(CudaGraph, replayReadsTheLiveBuffers)
   Bucket const &k = bucket(c.layout, c.big);
   std::vector<HostProblem> const &steps = k.steps;
   PlanBounds const &bounds = k.bounds;
-  BatchCapacity cap{};
-  for (auto const &s : steps)
-  {
-    BatchCapacity const k = BatchCapacity::of(s);
-    cap.max_batch = std::max(cap.max_batch, k.max_batch);
-    cap.max_nodes = std::max(cap.max_nodes, k.max_nodes);
-    cap.max_prefix_tokens = std::max(cap.max_prefix_tokens, k.max_prefix_tokens);
-    cap.max_mask_bytes = std::max(cap.max_mask_bytes, k.max_mask_bytes);
-    cap.num_slots = std::max(cap.num_slots, k.num_slots);
-    cap.num_heads = k.num_heads;
-  }
+  BatchCapacity const cap = BatchCapacity::covering(steps);
   DesignOptions opt;
   opt.nsplit = 8;
   opt.workspace = c.workspace;

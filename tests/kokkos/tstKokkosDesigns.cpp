@@ -215,7 +215,7 @@ TEST(KokkosDesigns, onePlanServesEveryStepOfABucket)
   steps.push_back(problemOf(4, 4, 9, 60, MaskLayout::kParents, 32, true, 0));
   steps.push_back(problemOf(1, 4, 17, 0, MaskLayout::kParents, 33, false, 3));
   PlanBounds bounds{0, 0, 0, 0, 4, MaskLayout::kParents};
-  BatchCapacity cap;
+  BatchCapacity const cap = BatchCapacity::covering(steps);
   for (auto const &s : steps)
   {
     PlanBounds const b = boundsOf(s);
@@ -223,13 +223,6 @@ TEST(KokkosDesigns, onePlanServesEveryStepOfABucket)
     bounds.max_tree = std::max(bounds.max_tree, b.max_tree);
     bounds.max_prefix = std::max(bounds.max_prefix, b.max_prefix);
     bounds.max_nodes = std::max(bounds.max_nodes, b.max_nodes);
-    BatchCapacity const c = BatchCapacity::of(s);
-    cap.max_batch = std::max(cap.max_batch, c.max_batch);
-    cap.max_nodes = std::max(cap.max_nodes, c.max_nodes);
-    cap.max_prefix_tokens = std::max(cap.max_prefix_tokens, c.max_prefix_tokens);
-    cap.max_mask_bytes = std::max(cap.max_mask_bytes, c.max_mask_bytes);
-    cap.num_slots = std::max(cap.num_slots, c.num_slots);
-    cap.num_heads = 4;
   }
   for (auto const &name : kokkosDesigns())
     for (WorkspaceStrategy ws : {WorkspaceStrategy::kPersistent, WorkspaceStrategy::kGrow})

@@ -7,6 +7,7 @@
 /// the same through the registry and checkDesign; what it does not serve refused with the reason;
 /// and a misread pool (scale doubled, e5m2 bytes read as e4m3) failing the check.
 #include "canopy_TestProblems.hpp"
+#include "canopy_OneThreadTeams.hpp"
 #include "canopy_BatchStorage.hpp"
 #include "canopy_Generator.hpp"
 #include "canopy_Reference.hpp"
@@ -37,19 +38,7 @@ float scaleOf(KvDtype dtype) { return dtype == KvDtype::kFp8E5m2 ? 0.0371f : 1.0
 HostProblem fp8Problem(KvDtype dtype, int batch, int heads, int tree, int64_t prefix, MaskLayout mask, uint64_t seed,
                        ValueMode values = ValueMode::kRandom, bool ragged = true, int padded = 1)
 {
-  GeneratorOptions g;
-  g.batch = batch;
-  g.num_heads = heads;
-  g.tree_size = tree;
-  g.prefix_len = prefix;
-  g.mask_layout = mask;
-  g.seed = test::testSeed(seed);
-  g.ragged = ragged;
-  g.padded_rows = padded;
-  g.values = values;
-  g.kv_dtype = dtype;
-  g.kv_scale = scaleOf(dtype);
-  return generateProblem(g);
+  return test::problemOf(batch, heads, tree, prefix, mask, seed, ragged, padded, values, dtype, scaleOf(dtype));
 }
 
 std::string describe(ErrorStats const &e)
@@ -58,17 +47,8 @@ std::string describe(ErrorStats const &e)
          std::to_string(e.num_bad) + " (first " + std::to_string(e.first_bad) + ")";
 }
 
-/// The GPU tile shapes with one thread per team, so that host spaces run them (as in
-/// tstVerifyAttentionKokkos.cpp).
-template <class Base>
-struct OneThreadTeams : Base
-{
-  static constexpr int TEAM_SIZE = 1;
-  static constexpr int VECTOR_LENGTH = 1;
-  static constexpr int COMBINE_TEAM_SIZE = 1;
-};
-using StreamedOnHost = OneThreadTeams<Impl::StreamedTiles>;
-using SgemmOnHost = OneThreadTeams<Impl::SgemmTiles>;
+using test::SgemmOnHost;
+using test::StreamedOnHost;
 
 /// Runs kokkos-team's kernel in \p Tiles on \p problem's FP8 pool (poisoned output, metadata and q
 /// in a VerifyBatch, the pool bytes beside it), after \p misread edits what the kernel is told of
@@ -249,17 +229,7 @@ TEST(KokkosFp8Designs, onePlanServesStepsWithDifferentScales)
     steps.push_back(generateProblem(g));
   }
   PlanBounds bounds{3, 13, 90, 39, 2, MaskLayout::kParents, KvDtype::kFp8E5m2};
-  BatchCapacity cap;
-  for (auto const &s : steps)
-  {
-    BatchCapacity const c = BatchCapacity::of(s);
-    cap.max_batch = std::max(cap.max_batch, c.max_batch);
-    cap.max_nodes = std::max(cap.max_nodes, c.max_nodes);
-    cap.max_prefix_tokens = std::max(cap.max_prefix_tokens, c.max_prefix_tokens);
-    cap.max_mask_bytes = std::max(cap.max_mask_bytes, c.max_mask_bytes);
-    cap.num_slots = std::max(cap.num_slots, c.num_slots);
-    cap.num_heads = 2;
-  }
+  BatchCapacity const cap = BatchCapacity::covering(steps);
   for (auto const &name : teamDesigns())
   {
     DesignPtr d = makeDesign(name);

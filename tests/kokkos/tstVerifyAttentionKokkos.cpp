@@ -5,6 +5,7 @@
 /// layout, NSPLIT 1/4/16, fragmented slots, several row tiles; outputs poisoned before each run and
 /// spare bucket rows checked to keep their poison.
 #include "canopy_TestProblems.hpp"
+#include "canopy_OneThreadTeams.hpp"
 #include "canopy_BatchStorage.hpp"
 #include "canopy_Generator.hpp"
 #include "canopy_Reference.hpp"
@@ -283,18 +284,10 @@ TYPED_TEST(VerifyAttentionKokkos, fallbackIsRecordedAndStrictRefusesIt)
   EXPECT_FALSE((runKernel<TypeParam, TeamTiles>(p, strict).path.fallback));
 }
 
-/// The GPU tile shapes with one thread per team and one lane, so that host spaces run them: the
-/// device configurations are checked even without a device backend.
-template <class Base>
-struct OneThreadTeams : Base
-{
-  static constexpr int TEAM_SIZE = 1;
-  static constexpr int VECTOR_LENGTH = 1;
-  static constexpr int COMBINE_TEAM_SIZE = 1;
-};
-using StreamedOnHost = OneThreadTeams<Impl::StreamedTiles>;
-using SgemmOnHost = OneThreadTeams<Impl::SgemmTiles>;
-using ResidentDeviceOnHost = OneThreadTeams<Impl::ResidentDeviceTiles>;
+using test::OneThreadTeams;
+using test::ResidentDeviceOnHost;
+using test::SgemmOnHost;
+using test::StreamedOnHost;
 
 template <class ExecutionSpace, class TileProducts, class Tiles>
 void expectDeviceShapedTilesCorrect(HostProblem const &problem, int nsplit, int max_rows = 0)

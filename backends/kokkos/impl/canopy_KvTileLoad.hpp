@@ -23,21 +23,6 @@
 
 namespace canopy::Impl
 {
-/// \brief An aligned \p T (4 or 8 bytes) at \p p: one access on the device, a memcpy on the host
-/// (as load16).
-template <class T>
-KOKKOS_INLINE_FUNCTION T loadAligned(void const *p)
-{
-  static_assert(alignof(T) == sizeof(T), "an aligned unit of its own size");
-  T x;
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-  x = *reinterpret_cast<T const *>(p);
-#else
-  memcpy(&x, p, sizeof(x));
-#endif
-  return x;
-}
-
 /// \brief Eight FP8 bytes, 8-byte aligned, as moved from global memory.
 struct alignas(8) Fp8x8
 {

@@ -230,12 +230,13 @@ struct alignas(16) Float4
   float v[4];
 };
 
-/// \brief 16 bytes at \p p as a T (\pre 16-byte aligned): one 128-bit access on the device; a memcpy
-/// on the host (the same instruction, without a type-punned access to the caller's buffer).
+/// \brief An aligned \p T (4, 8 or 16 bytes, \pre aligned to its size) at \p p: one access on the
+/// device; a memcpy on the host (the same instruction, without a type-punned access to the caller's
+/// buffer).
 template <class T>
-KOKKOS_INLINE_FUNCTION T load16(void const *p)
+KOKKOS_INLINE_FUNCTION T loadAligned(void const *p)
 {
-  static_assert(sizeof(T) == 16 && alignof(T) == 16, "load16 moves one aligned 16-byte unit");
+  static_assert(alignof(T) == sizeof(T), "an aligned unit of its own size");
   T x;
 #if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
   x = *reinterpret_cast<T const *>(p);
@@ -243,6 +244,13 @@ KOKKOS_INLINE_FUNCTION T load16(void const *p)
   memcpy(&x, p, sizeof(x));
 #endif
   return x;
+}
+/// \brief 16 bytes at \p p as a T: one 128-bit access on the device.
+template <class T>
+KOKKOS_INLINE_FUNCTION T load16(void const *p)
+{
+  static_assert(sizeof(T) == 16, "load16 moves one aligned 16-byte unit");
+  return loadAligned<T>(p);
 }
 template <class T>
 KOKKOS_INLINE_FUNCTION void store16(void *p, T const &x)
