@@ -151,12 +151,13 @@ int runCheck(CheckFlags f)
   std::vector<ValueMode> const modes = valueModes(f.values);
   GeneratorOptions shape_only = f.gen;
   shape_only.with_values = false;  // the cost needs the metadata only; each value mode draws its own values
-  Cost const cost = costOf(generateProblem(shape_only).meta, f.gen.num_heads);
+  Cost const cost = costOf(generateProblem(shape_only).meta, f.gen.num_heads, f.gen.kv_dtype);
 
   std::printf("canopy check: B=%d (+%d padded) H=%d T=%d P=%lld mask=%s ragged=%s seed=%llu nsplit=%d\n", f.gen.batch,
               f.gen.padded_rows, f.gen.num_heads, f.gen.tree_size, static_cast<long long>(f.gen.prefix_len),
               f.mask.c_str(), f.gen.ragged ? "yes" : "no", static_cast<unsigned long long>(f.gen.seed), f.nsplit);
-  std::printf("%.3f GFLOP, %.3f MB minimum traffic (bf16 KV)\n", cost.flops * 1e-9, cost.bytes_min * 1e-6);
+  std::printf("%.3f GFLOP, %.3f MB minimum traffic (%s KV)\n", cost.flops * 1e-9, cost.bytes_min * 1e-6,
+              toString(f.gen.kv_dtype).c_str());
   if (f.gen.kv_dtype != KvDtype::kBf16)
     std::printf("kv dtype %s (kv scale %g), numerics %s\n", f.kv_dtype.c_str(), static_cast<double>(f.gen.kv_scale),
                 f.numerics.c_str());
