@@ -227,9 +227,9 @@ struct ProducerCopies
 /// Model per 64-key tile and producer warp: 9 KB loaded (half the bf16 gather), 18 KB stored, ~600
 /// conversion instructions, and ROWS / BATCH load round trips in sequence, where the bf16 producer
 /// has all its cp.async in flight at once. Measured (H100, docs/results/fp8-dequant.md): the round
-/// trips bind, not the conversion: BATCH 4 is 1.2-1.3x faster than 2, 88 producer registers (a
-/// batch of 4 double-buffered, no spills) another 1.1-1.2x, integer or conversion-pipe decoding the
-/// same; the step still takes 1.25-1.70x the bf16 step.
+/// trips bind, not the conversion: BATCH 4 is 1.21-1.35x faster than 2, 88 producer registers (a
+/// batch of 4 double-buffered, no spills) another 1.08-1.25x, integer or conversion-pipe decoding
+/// the same within 1.2%; the step still takes 1.25-1.70x the bf16 step.
 template <KvDtype KV>
 struct Fp8TileWriter
 {
@@ -258,7 +258,7 @@ struct Fp8TileWriter
     stShared16(stage + Cfg::qStageOffset(r, 2 * c + (odd_first ? 1 : 0)), odd_first ? odd : even);
     stShared16(stage + Cfg::qStageOffset(r, 2 * c + (odd_first ? 0 : 1)), odd_first ? even : odd);
   }
-  /// Latent chunk `lane` of row i0 + b, b < BATCH (zeros past the split, and a scale of 1 there).
+  /// Latent chunk `lane` of row i0 + b, b < BATCH (zeros past the split).
   __device__ __forceinline__ void loadLatent(int i0, int live, uint32_t slot_l, uint4 (&v)[BATCH]) const
   {
 #pragma unroll
