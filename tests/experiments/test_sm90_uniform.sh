@@ -5,6 +5,8 @@
 # 1 today; with the shared base in a vector register the producer kernel had ~150, four per score
 # wgmma; the prologue's are not counted, as they move with any change there), and the score loop at
 # 5 instructions per wgmma (a run of at least 33 gaps of 5).
+# The kernels: cuda-sm90's per pool dtype (bf16, fp8-e4m3, fp8-e5m2, fp8-e4m3-blockscaled) and
+# partial dtype, and cuda-sm90-sync's per partial dtype: 10.
 # Also: the tool refuses a file that is not an sm_90 cubin.
 # Usage: test_sm90_uniform.sh <nvcc> <source-dir>
 set -euo pipefail
@@ -19,7 +21,7 @@ cat "$work/table.md" "$work/span.md"
 awk -F'|' 'NR > 2 { n++
   if ($4 + 0 != 40) { print "FAIL: " $2 " has " $4 + 0 " HGMMA, expected 40"; bad = 1 }
   if ($9 + 0 != 0) { print "FAIL: " $2 " loads from local memory (" $9 + 0 " LDL): spills"; bad = 1 } }
-  END { if (n != 4) { print "FAIL: " n + 0 " sm90 kernels, expected 4"; bad = 1 }; exit bad }' "$work/table.md"
+  END { if (n != 10) { print "FAIL: " n + 0 " sm90 kernels, expected 10"; bad = 1 }; exit bad }' "$work/table.md"
 awk -F'|' 'NR > 2 && $8 + 0 > 8 { print "FAIL: " $2 " has " $8 + 0 " R2UR in its tile loop: wgmma descriptors built in vector registers"; bad = 1 }
   END { exit bad }' "$work/span.md"
 # --gaps: one row of HGMMA gaps per sm90 kernel, whose runs account for its 39 gaps (40 HGMMA).
@@ -29,7 +31,7 @@ awk -F'|' 'NR > 2 && $8 + 0 > 8 { print "FAIL: " $2 " has " $8 + 0 " R2UR in its
       if (m == 2 && gx[1] == "5" && gx[2] + 0 > fives) fives = gx[2] + 0 }
     if (t != 39) { print "FAIL: " $2 " has " t " HGMMA gaps, expected 39"; bad = 1 }
     if (fives < 33) { print "FAIL: " $2 " score loop: " $3 ", expected a run of >= 33 gaps of 5"; bad = 1 } }
-    END { if (n != 4) { print "FAIL: " n + 0 " gap rows, expected 4"; bad = 1 }; exit bad }'
+    END { if (n != 10) { print "FAIL: " n + 0 " gap rows, expected 10"; bad = 1 }; exit bad }'
 if /usr/bin/python3 "$src/experiments/gpu/cubin_classes.py" "$src/README.md" > /dev/null 2>&1; then
   echo "FAIL: a README accepted as a cubin"; exit 1
 fi
