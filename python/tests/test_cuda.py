@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import canopy
-from canopy.problems import D_V, empty_out, from_bf16_bits, metadata, random_problem
+from canopy.problems import D_V, empty_out, from_bf16_bits, metadata, quantise_pool, random_problem
 from conftest import passes, reference
 
 torch = pytest.importorskip("torch")
@@ -118,3 +118,27 @@ def test_graph_replays_with_new_metadata_and_values(design, mask):
         if p is problems[0]:
             assert np.array_equal(bits, eager)
     assert plan.describe()["capture_safe"]
+
+
+@pytest.mark.parametrize("kv_dtype,kv_scale", [("fp8-e4m3", 1.0 / 32), ("fp8-e5m2", 0.0371),
+                                               ("fp8-e4m3-blockscaled", None)])
+@pytest.mark.parametrize("as_torch_fp8", [False, True], ids=["uint8", "torch-float8"])
+def test_cuda_sm90_reads_fp8_pools(kv_dtype, kv_scale, as_torch_fp8):
+    """cuda-sm90 on an FP8 pool in device memory (SGLang's uint8 rows, or their torch float8 view;
+    V3.2's 656-byte rows), dequant numerics, against the fp64 reference on the dequantised pool."""
+    if "cuda-sm90" not in CUDA_DESIGNS:
+        pytest.skip("cuda-sm90 runs on sm_90 GPUs only")
+    if as_torch_fp8 and kv_dtype == "fp8-e4m3-blockscaled":
+        pytest.skip("a block-scaled row is bytes of several types: uint8 only")
+    p = random_problem(seed=41, heads=HEADS, mask="tree", sizes=SIZES, dominant=True)
+    pool, values = quantise_pool(p["kv_pool"], kv_dtype, kv_scale or 1.0)
+    t = on_gpu(p, bf16=True)
+    t.pop("kv_pool")
+    device_pool = torch.from_numpy(pool).cuda()
+    if as_torch_fp8:
+        device_pool = device_pool.view(torch.float8_e4m3fn if kv_dtype == "fp8-e4m3" else torch.float8_e5m2)
+    out = torch.full((p["q"].shape[0], HEADS, D_V), float("nan"), device="cuda", dtype=torch.bfloat16)
+    canopy.verify_attention(t.pop("q"), device_pool, out, **t, mask="tree", sm_scale=p["sm_scale"],
+                            design="cuda-sm90", kv_dtype=kv_dtype, kv_scale=kv_scale)
+    torch.cuda.synchronize()
+    assert passes(out_bits(out), reference(p, pool=values)), kv_dtype
