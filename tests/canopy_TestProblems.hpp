@@ -2,13 +2,30 @@
 /// \brief Generated verify problems for tests, one call per shape.
 #pragma once
 
+#include "canopy_Bf16.hpp"
 #include "canopy_Generator.hpp"
+#include "canopy_KvQuant.hpp"
 #include "canopy_TestSeed.hpp"
 
 namespace canopy::test
 {
+/// \brief Multiplies latent block k (columns 128 k .. 128 k + 127) of every bf16 pool row by 2^k, so
+/// that a block-scaled FP8 pool quantised from it has a different scale in each block of a row (drawn
+/// values put the same amax, hence the same scale, in every block: a kernel reading another block's
+/// scale would pass). Exact: powers of two.
+inline void spreadBlockMagnitudes(HostProblem &p)
+{
+  for (size_t row = 0; row < p.kv_pool.size() / D_QK; ++row)
+    for (int d = 0; d < D_LATENT; ++d)
+    {
+      uint16_t &x = p.kv_pool[row * D_QK + static_cast<size_t>(d)];
+      x = floatToBf16(bf16ToFloat(x) * static_cast<float>(1 << (d / KV_BLOCK)));
+    }
+}
+
 /// \brief A seeded DDTree-like problem (fragmented slots, random bf16, or tree-dominant values) of
-/// the given shape, its pool stored as \p kv_dtype (quantised as the serving stacks write it);
+/// the given shape, its pool stored as \p kv_dtype (quantised as the serving stacks write it; a
+/// block-scaled pool from spreadBlockMagnitudes' values);
 /// \p seed goes through testSeed (CANOPY_TEST_SEED shifts it).
 inline HostProblem problemOf(int batch, int heads, int tree, int64_t prefix, MaskLayout mask, uint64_t seed,
                              bool ragged = false, int padded = 0, ValueMode values = ValueMode::kRandom,
@@ -24,8 +41,15 @@ inline HostProblem problemOf(int batch, int heads, int tree, int64_t prefix, Mas
   g.ragged = ragged;
   g.padded_rows = padded;
   g.values = values;
-  g.kv_dtype = kv_dtype;
-  g.kv_scale = kv_scale;
-  return generateProblem(g);
+  if (kv_dtype != KvDtype::kFp8E4m3BlockScaled)
+  {
+    g.kv_dtype = kv_dtype;
+    g.kv_scale = kv_scale;
+    return generateProblem(g);
+  }
+  HostProblem p = generateProblem(g);  // bf16, then each block its own magnitude, then stored
+  spreadBlockMagnitudes(p);
+  quantisePool(p, kv_dtype, kv_scale);
+  return p;
 }
 } // namespace canopy::test

@@ -8,6 +8,7 @@
 #include "canopy_CudaBatchStorage.hpp"
 #include "canopy_CudaDesigns.hpp"
 #include "canopy_CudaTestUtils.hpp"
+#include "canopy_TestProblems.hpp"
 #include "canopy_TestSeed.hpp"
 #include "canopy_VerifyAttentionCuda.hpp"
 
@@ -102,10 +103,17 @@ HostProblem makeFp8Problem(Shape const &s, Fp8Case const &c, MaskLayout layout, 
   g.padded_rows = s.padded;
   g.mask_layout = layout;
   g.values = c.values;
-  g.kv_dtype = c.dtype;
-  g.kv_scale = c.scale;
   g.seed = testSeed(seed);
-  return generateProblem(g);
+  if (c.dtype != KvDtype::kFp8E4m3BlockScaled)
+  {
+    g.kv_dtype = c.dtype;
+    g.kv_scale = c.scale;
+    return generateProblem(g);
+  }
+  HostProblem p = generateProblem(g);  // each latent block its own scale (a misread block fails)
+  spreadBlockMagnitudes(p);
+  quantisePool(p, c.dtype, c.scale);
+  return p;
 }
 
 class Sm90Fp8 : public ::testing::TestWithParam<Fp8Case>
