@@ -26,7 +26,7 @@ public:
   void uploadPool(std::vector<uint16_t> const &pool) override
   {
     _batch.uploadPool(pool);
-    _fp8_dtype = KvDtype::kBf16;
+    _fp8_state = {};
   }
   void uploadFp8Pool(std::vector<uint8_t> const &pool, KvDtype dtype, float scale) override
   {
@@ -36,8 +36,7 @@ public:
       _fp8 = Kokkos::View<uint8_t *, MemorySpace>("kv_pool_fp8", bytes);
     Kokkos::View<uint8_t const *, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> h(pool.data(), pool.size());
     Kokkos::deep_copy(Kokkos::subview(_fp8, std::make_pair(size_t{0}, pool.size())), h);
-    _fp8_dtype = dtype;
-    _fp8_scale = scale;
+    _fp8_state = {dtype, scale};
   }
   void poisonOutput() override { _batch.poisonOutput(); }
   std::vector<uint16_t> downloadOutput() override
@@ -45,18 +44,7 @@ public:
     Kokkos::fence();
     return _batch.downloadOutput();
   }
-  BatchRef ref() const override
-  {
-    BatchRef r = _batch.ref();
-    if (_fp8_dtype != KvDtype::kBf16)
-    {
-      r.kv_pool = nullptr;
-      r.kv_dtype = _fp8_dtype;
-      r.kv_pool_fp8 = _fp8.data();
-      r.kv_scale = _fp8_scale;
-    }
-    return r;
-  }
+  BatchRef ref() const override { return withPool(_batch.ref(), _fp8_state, _fp8.data()); }
   void sync() override { Kokkos::fence(); }
 
 protected:
@@ -65,8 +53,7 @@ protected:
 private:
   VerifyBatch<MemorySpace> _batch;
   Kokkos::View<uint8_t *, MemorySpace> _fp8;
-  KvDtype _fp8_dtype = KvDtype::kBf16;
-  float _fp8_scale = 1.f;
+  Fp8PoolState _fp8_state;
 };
 } // namespace
 

@@ -39,15 +39,20 @@ public:
   /// \brief InputError unless \p pool is whole rows of \p dtype for at most \p num_slots slots and
   /// \p scale is finite and > 0 (what every uploadFp8Pool checks first).
   static void checkFp8Pool(std::vector<uint8_t> const &pool, KvDtype dtype, float scale, int64_t num_slots);
+  /// \brief \p problem's KV pool in its storage: uploadPool or uploadFp8Pool.
+  void uploadPoolOf(HostProblem const &problem)
+  {
+    if (problem.kv_dtype == KvDtype::kBf16)
+      uploadPool(problem.kv_pool);
+    else
+      uploadFp8Pool(problem.kv_pool_fp8, problem.kv_dtype, problem.kv_scale);
+  }
   /// \brief Metadata, q and the KV pool.
   void upload(HostProblem const &problem)
   {
     setMetadata(problem.meta, problem.shape);
     uploadQueries(problem.q);
-    if (problem.kv_dtype == KvDtype::kBf16)
-      uploadPool(problem.kv_pool);
-    else
-      uploadFp8Pool(problem.kv_pool_fp8, problem.kv_dtype, problem.kv_scale);
+    uploadPoolOf(problem);
   }
   virtual void poisonOutput() = 0;
   /// \brief Waits for all work enqueued on the storage's stream/space, then copies the used output rows.
@@ -58,6 +63,26 @@ public:
   virtual void sync() {}
 
 protected:
+  /// \brief What the last pool upload left, beside the bytes a storage holds: an FP8 pool's dtype
+  /// and scale (bf16 after uploadPool).
+  struct Fp8PoolState
+  {
+    KvDtype dtype = KvDtype::kBf16;
+    float scale = 1.f;
+  };
+  /// \brief \p r pointing at the FP8 pool \p bytes when \p pool holds one (kv_pool null, its dtype
+  /// and scale), else \p r as it is: the end of every ref().
+  static BatchRef withPool(BatchRef r, Fp8PoolState const &pool, uint8_t const *bytes)
+  {
+    if (pool.dtype != KvDtype::kBf16)
+    {
+      r.kv_pool = nullptr;
+      r.kv_dtype = pool.dtype;
+      r.kv_pool_fp8 = bytes;
+      r.kv_scale = pool.scale;
+    }
+    return r;
+  }
   /// \brief Copies valid metadata into the buffers (checked against the capacity there).
   virtual void storeMetadata(BatchMetadata const &meta, ModelShape const &shape) = 0;
 };

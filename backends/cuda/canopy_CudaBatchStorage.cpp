@@ -51,7 +51,7 @@ void CudaBatchStorage::uploadPool(std::vector<uint16_t> const &kv_pool)
     throw InputError("cuda batch: a pool of " + std::to_string(kv_pool.size() / D_QK) + " slots exceeds the " +
                      std::to_string(_cap.num_slots) + " the buffers hold");
   uploadPrefix(_buffers.kv_pool, kv_pool, _stream.get());
-  _fp8_dtype = KvDtype::kBf16;
+  _fp8_state = {};
 }
 
 void CudaBatchStorage::uploadFp8Pool(std::vector<uint8_t> const &pool, KvDtype dtype, float scale)
@@ -61,8 +61,7 @@ void CudaBatchStorage::uploadFp8Pool(std::vector<uint8_t> const &pool, KvDtype d
   if (_fp8.size() != bytes)
     _fp8.resize(bytes);
   uploadPrefix(_fp8, pool, _stream.get());
-  _fp8_dtype = dtype;
-  _fp8_scale = scale;
+  _fp8_state = {dtype, scale};
 }
 
 size_t CudaBatchStorage::queryElements() const
@@ -92,14 +91,7 @@ BatchRef CudaBatchStorage::ref() const
   // ref() is const, the buffers are not: the output pointer is the one the kernels write.
   forEachBuffer([](char const *, BufferExtent, auto &ptr, auto const &buffer) { ptr = const_cast<std::decay_t<decltype(ptr)>>(buffer.data()); },
                 r, _buffers);
-  if (_fp8_dtype != KvDtype::kBf16)
-  {
-    r.kv_pool = nullptr;
-    r.kv_dtype = _fp8_dtype;
-    r.kv_pool_fp8 = _fp8.data();
-    r.kv_scale = _fp8_scale;
-  }
-  return r;
+  return withPool(r, _fp8_state, _fp8.data());
 }
 } // namespace cuda
 

@@ -55,7 +55,6 @@ private:
   BatchRef _meta;  // host fields of the last setMetadata
   BatchBuffers<MutableDeviceBuffer> _buffers;
   DeviceBuffer<uint8_t> _fp8;
-  KvDtype _fp8_dtype = KvDtype::kBf16;
-  float _fp8_scale = 1.f;
+  Fp8PoolState _fp8_state;
 };
 } // namespace canopy::cuda

@@ -165,12 +165,6 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
     bool prepared = false;
     std::vector<uint16_t> const *shared_pool = src.sharedPool();
     std::vector<uint8_t> const *shared_fp8 = src.sharedFp8Pool();
-    auto uploadStepPool = [&](HostProblem const &p) {
-      if (p.kv_dtype == KvDtype::kBf16)
-        storage->uploadPool(p.kv_pool);
-      else
-        storage->uploadFp8Pool(p.kv_pool_fp8, p.kv_dtype, p.kv_scale);
-    };
     for (int64_t s : bucket.steps)
     {
       HostProblem const &p = steps.get(src, s, k.mask);
@@ -190,7 +184,7 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
           else if (shared_fp8)
             storage->uploadFp8Pool(*shared_fp8, axes.kv_dtype, static_cast<float>(axes.kv_scale));
           else
-            uploadStepPool(p);
+            storage->uploadPoolOf(p);
         }
         catch (Unsupported const &e)
         {
@@ -202,7 +196,7 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
         }
       }
       else if (!shared_pool && !shared_fp8)
-        uploadStepPool(p);
+        storage->uploadPoolOf(p);
       storage->setMetadata(meta, p.shape);
       storage->uploadQueries(p.q);
       if (!prepared)
