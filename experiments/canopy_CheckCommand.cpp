@@ -200,7 +200,7 @@ int runTraceCheck(CheckFlags f)
   auto const src = makeTraceSource(f.trace, f.steps, f.gen.seed);  // bad input (exit 2) before a missing GPU (4)
   if (!f.no_memory_check)
     requireFitsInMemory(src->hostBytes(), "--trace", f.trace, "--no-memory-check");
-  KvDtype const kv_dtype = src->shape(0, MaskLayout::kParents).kv_dtype;
+  KvDtype const kv_dtype = src->axes().kv_dtype;
   if (std::string const why = numericsUndefinedFor(kv_dtype, numerics); !why.empty())
     throw InputError("--numerics: " + why + " (the trace's /model kv_dtype)");
   std::vector<std::string> const designs = resolveDesigns(f.designs);

@@ -127,7 +127,7 @@ public:
   {
     makePool();  // sizes _pool_slots
     return {_reader.stepMetadata(s, layout), recordedValues() ? _reader.info().num_slots : _pool_slots,
-            _reader.info().shape.num_heads, _dtype};
+            _reader.info().shape.num_heads};
   }
   HostProblem problem(int64_t s, MaskLayout layout) const override
   {

@@ -20,7 +20,6 @@ struct StepShape
   BatchMetadata meta;
   int64_t num_slots = 0;
   int num_heads = 0;
-  KvDtype kv_dtype = KvDtype::kBf16;  ///< how the pool the steps read is stored
 };
 
 /// \brief "B=8 H=8 T=65 P=16K ragged" for a synthetic shape, the file name for a trace: for tables only.

@@ -128,7 +128,7 @@ TEST(Replay, anFp8TraceIsEstimatedAndReplayedAtItsStoredWidth)
     auto const src = makeTraceSource(path, 0, 1);
     EXPECT_DOUBLE_EQ(bf16_bytes - src->hostBytes(), slots_used * (2 * D_QK - kvRowBytes(dtype)));
     EXPECT_EQ(src->sharedPool(), nullptr) << "the shared pool is a bf16 one";
-    EXPECT_EQ(src->shape(0, MaskLayout::kParents).kv_dtype, dtype);
+    EXPECT_EQ(src->axes().kv_dtype, dtype);
     HostProblem const p = src->problem(0, MaskLayout::kParents);
     EXPECT_EQ(p.kv_dtype, dtype);
     EXPECT_EQ(p.kv_scale, t.kv_scale);
