@@ -23,9 +23,18 @@ inline void spreadBlockMagnitudes(HostProblem &p)
     }
 }
 
+/// \brief \p p's bf16 pool stored as \p kv_dtype, as the serving stacks write it (quantisePool); a
+/// block-scaled pool from spreadBlockMagnitudes' values, so that each block has its own scale.
+inline HostProblem storedAs(HostProblem p, KvDtype kv_dtype, float kv_scale)
+{
+  if (kv_dtype == KvDtype::kFp8E4m3BlockScaled)
+    spreadBlockMagnitudes(p);
+  quantisePool(p, kv_dtype, kv_scale);
+  return p;
+}
+
 /// \brief A seeded DDTree-like problem (fragmented slots, random bf16, or tree-dominant values) of
-/// the given shape, its pool stored as \p kv_dtype (quantised as the serving stacks write it; a
-/// block-scaled pool from spreadBlockMagnitudes' values);
+/// the given shape, its pool stored as \p kv_dtype (storedAs);
 /// \p seed goes through testSeed (CANOPY_TEST_SEED shifts it).
 inline HostProblem problemOf(int batch, int heads, int tree, int64_t prefix, MaskLayout mask, uint64_t seed,
                              bool ragged = false, int padded = 0, ValueMode values = ValueMode::kRandom,
@@ -41,15 +50,6 @@ inline HostProblem problemOf(int batch, int heads, int tree, int64_t prefix, Mas
   g.ragged = ragged;
   g.padded_rows = padded;
   g.values = values;
-  if (kv_dtype != KvDtype::kFp8E4m3BlockScaled)
-  {
-    g.kv_dtype = kv_dtype;
-    g.kv_scale = kv_scale;
-    return generateProblem(g);
-  }
-  HostProblem p = generateProblem(g);  // bf16, then each block its own magnitude, then stored
-  spreadBlockMagnitudes(p);
-  quantisePool(p, kv_dtype, kv_scale);
-  return p;
+  return storedAs(generateProblem(g), kv_dtype, kv_scale);
 }
 } // namespace canopy::test

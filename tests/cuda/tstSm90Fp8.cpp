@@ -104,16 +104,7 @@ HostProblem makeFp8Problem(Shape const &s, Fp8Case const &c, MaskLayout layout, 
   g.mask_layout = layout;
   g.values = c.values;
   g.seed = testSeed(seed);
-  if (c.dtype != KvDtype::kFp8E4m3BlockScaled)
-  {
-    g.kv_dtype = c.dtype;
-    g.kv_scale = c.scale;
-    return generateProblem(g);
-  }
-  HostProblem p = generateProblem(g);  // each latent block its own scale (a misread block fails)
-  spreadBlockMagnitudes(p);
-  quantisePool(p, c.dtype, c.scale);
-  return p;
+  return storedAs(generateProblem(g), c.dtype, c.scale);
 }
 
 class Sm90Fp8 : public ::testing::TestWithParam<Fp8Case>
