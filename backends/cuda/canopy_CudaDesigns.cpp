@@ -36,13 +36,15 @@ struct CudaKernel
   /// Reads FP8 pools (fp8-e4m3, fp8-e5m2, fp8-e4m3-blockscaled) in dequant numerics: the producer
   /// converts them to the bf16 tile its wgmma reads.
   bool fp8_dequant = false;
+  /// The kernel of fp8-mma numerics (FP8 products on one-scale FP8 pools); null: not served.
+  cudaError_t (*launch_fp8_mma)(VerifyParams const &, cudaStream_t) = nullptr;
 };
 CudaKernel const SM120{"cuda-sm120", "launchVerifySm120", launchVerifySm120, sm120SharedBytes, prepareVerifyKernels,
                        true, SM120_SPLIT_TILE};
 CudaKernel const SM120_WIDE{"cuda-sm120-w32", "launchVerifySm120Wide", launchVerifySm120Wide, sm120WideSharedBytes,
                             prepareVerifyKernels, true, SM120_SPLIT_TILE};
 CudaKernel const SM90{"cuda-sm90", "launchVerifySm90", launchVerifySm90, sm90SharedBytes, prepareSm90Kernel, true,
-                      SM90_SPLIT_TILE, 90, "wgmma", 0, true};
+                      SM90_SPLIT_TILE, 90, "wgmma", 0, true, launchVerifySm90Fp8Mma};
 CudaKernel const SM90_SYNC{"cuda-sm90-sync", "launchVerifySm90Sync", launchVerifySm90Sync, sm90SharedBytes,
                            prepareSm90Kernel, true, SM90_SPLIT_TILE, 90, "wgmma"};
 CudaKernel const SM90_C2{"cuda-sm90-c2", "launchVerifySm90Pairs",
@@ -69,9 +71,8 @@ public:
       return "";
     if (!_kernel.fp8_dequant)
       return "reads bf16 KV pools only";
-    if (numerics != Numerics::kDequant)
-      return "computes FP8 pools in dequant numerics only (fp8-mma needs e4m3 wgmma, whose B operand must be "
-             "K-major: V transposed in shared memory, not built)";
+    if (numerics == Numerics::kFp8Mma && !_kernel.launch_fp8_mma)
+      return "computes FP8 pools in dequant numerics only";
     return "";
   }
   bool captureSafe() const override { return true; }
@@ -82,7 +83,8 @@ public:
     if (!_kernel.splits)
       return name() + "/mma-flat/<layout>";
     std::string const mma =
-        std::string(_kernel.mma) + (_kernel.cluster == 2 ? "-c<C>" : "") + (_kernel.fp8_dequant ? "[-<fp8 kv dtype>]" : "");
+        std::string(_kernel.mma) + (_kernel.cluster == 2 ? "-c<C>" : "") + (_kernel.fp8_dequant ? "[-<fp8 kv dtype>]" : "") +
+        (_kernel.launch_fp8_mma ? "[-fp8-mma]" : "");
     return name() + "/" + mma + "-split<N>-" + (_bf16 ? "bf16" : "f32") + "/<layout> (split-K + combine), " + name() +
            "/" + mma + "-direct/<layout> (NSPLIT 1)";
   }
@@ -127,9 +129,11 @@ public:
     // nsplit 0 = auto: chosen from the plan bounds and the SM count only, so it is capture-safe.
     _nsplit = !_kernel.splits ? 1 : options.nsplit > 0 ? options.nsplit : suggestNsplit(bounds, dev.sm_count, _bf16, _kernel.tile);
     _planned = true;
-    // An FP8 pool names its dtype: its kernel converts the rows on the way into shared memory.
+    // An FP8 pool names its dtype (its kernel converts the rows on the way into shared memory, or
+    // with fp8-mma multiplies them as they are).
     std::string const mma = _kernel.mma + clusterTag(bounds) +
-                            (bounds.kv_dtype == KvDtype::kBf16 ? "" : "-" + toString(bounds.kv_dtype));
+                            (bounds.kv_dtype == KvDtype::kBf16 ? "" : "-" + toString(bounds.kv_dtype)) +
+                            (options.numerics == Numerics::kFp8Mma ? "-fp8-mma" : "");
     _path = name() + "/" +
             (!_kernel.splits ? mma + "-flat"
              : _nsplit == 1  ? mma + "-direct"
@@ -192,7 +196,7 @@ public:
     }
     if (char const *problem = verifyParamsProblem(p))
       throw InputError(who + problem);
-    cudaError_t const e = _kernel.launch(p, stream);
+    cudaError_t const e = (_options.numerics == Numerics::kFp8Mma ? _kernel.launch_fp8_mma : _kernel.launch)(p, stream);
     if (per_call)
       check(cudaFreeAsync(per_call, stream), "cudaFreeAsync (per-call workspace)");
     check(e, _kernel.launcher);

@@ -1,9 +1,10 @@
 /// \file canopy_Fp8Convert.cuh
 /// \brief FP8 pool bytes to the bf16 values the tensor cores read (dequant numerics, docs/design.md
-/// §8). Every e4m3fn and e5m2 value is a bf16 value (3 or 2 mantissa bits, exponents inside bf16's
-/// range), so the conversion is exact; a power-of-two block scale keeps it exact. A one-scale pool's
-/// fp32 scale is not applied here: the kernels fold it into the score scale and the output
-/// (kv_scale times a product of decoded values), so no rounding is added by it.
+/// §8), and floats to FP8 (fp8-mma numerics: Q and the softmax weights). Every e4m3fn and e5m2
+/// value is a bf16 value (3 or 2 mantissa bits, exponents inside bf16's range), so the conversion
+/// to bf16 is exact; a power-of-two block scale keeps it exact. A one-scale pool's fp32 scale is
+/// not applied here: the kernels fold it into the score scale and the output (kv_scale times a
+/// product of decoded values), so no rounding is added by it.
 #pragma once
 
 #include "canopy_KvDtype.hpp"
@@ -57,7 +58,48 @@ __device__ __forceinline__ void fp8x16ToBf16x16(uint4 const &v, float scale, uin
   second = make_uint4(c.x, c.y, d.x, d.y);
 }
 
-/// 16 bytes to shared memory (a 32-bit shared-window address).
+/// Two floats to FP8 of pool dtype \p KV (fp8-mma numerics: Q and the softmax weights cast to the
+/// pool's type), \p lo in the low byte: round to nearest, ties to even, as the host encoder
+/// (core/canopy_Fp8.hpp), except that a magnitude past the largest finite value saturates to it
+/// (the instruction has only the saturating form) where the host encoder gives NaN (e4m3fn) or
+/// infinity (e5m2). Q past +-448 and weights above 1 do not occur in verify attention.
+template <KvDtype KV>
+__device__ __forceinline__ uint32_t floatsToFp8x2(float lo, float hi)
+{
+  uint16_t d;
+  if constexpr (KV == KvDtype::kFp8E5m2)
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;\n" : "=h"(d) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+
+/// Four floats to four FP8 bytes, \p a in the lowest.
+template <KvDtype KV>
+__device__ __forceinline__ uint32_t floatsToFp8x4(float a, float b, float c, float d)
+{
+  return floatsToFp8x2<KV>(a, b) | floatsToFp8x2<KV>(c, d) << 16;
+}
+
+/// Eight bf16 values (one 16-byte chunk) to eight FP8 bytes, value k in byte k.
+template <KvDtype KV>
+__device__ __forceinline__ uint2 bf16x8ToFp8x8(uint4 const &v)
+{
+  auto lo = [](uint32_t w) { return __uint_as_float(w << 16); };
+  auto hi = [](uint32_t w) { return __uint_as_float(w & 0xffff0000u); };
+  return make_uint2(floatsToFp8x4<KV>(lo(v.x), hi(v.x), lo(v.y), hi(v.y)),
+                    floatsToFp8x4<KV>(lo(v.z), hi(v.z), lo(v.w), hi(v.w)));
+}
+
+/// 4, 8 and 16 bytes to shared memory (a 32-bit shared-window address).
+__device__ __forceinline__ void stShared4(uint32_t addr, uint32_t v)
+{
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void stShared8(uint32_t addr, uint2 const &v)
+{
+  asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(addr), "r"(v.x), "r"(v.y) : "memory");
+}
 __device__ __forceinline__ void stShared16(uint32_t addr, uint4 const &v)
 {
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)

@@ -1,38 +1,39 @@
 /// \file canopy_Sm90Ptx.cuh
 /// \brief Thin wrappers over the Hopper (sm_90a) instructions cuda-sm90 uses: wgmma with both
-/// operands in shared memory, its fences and commit groups, shared-memory matrix descriptors for
-/// the 128-byte swizzle, the async-proxy fence, the mbarriers of the producer hand-off, clusters
-/// and distributed shared memory, and the bulk copies (tensor-map boxes, shared memory to a peer
-/// CTA). Included by canopy_VerifyAttentionSm90.cu and the copy-ceiling probe
+/// operands in shared memory (bf16 and FP8), its fences and commit groups, shared-memory matrix
+/// descriptors for the 128- and 64-byte swizzles, the async-proxy fence, the mbarriers of the
+/// producer hand-off, clusters and distributed shared memory, and the bulk copies (tensor-map
+/// boxes, shared memory to a peer CTA). Included by canopy_VerifyAttentionSm90.cu and the copy-ceiling probe
 /// (experiments/lab/canopy_CopyCeiling.cu), both compiled for sm_90a alone (wgmma exists on no
 /// other target).
 #pragma once
+
+#include "canopy_Sm90Layout.hpp"
 
 #include <cstdint>
 
 namespace canopy::cuda::Impl::sm90
 {
 // ---------------------------------------------------------------------------------------------
-// The 128-byte swizzle. A tile is stored as blocks of 64 bf16 columns; in a block, row r is 128
-// contiguous bytes at r * 128, and its 16-byte chunk c sits at chunk c ^ (r % 8). wgmma reads this
-// layout through a descriptor whose base is 1024-byte aligned (one 8-row swizzle atom), and the
-// swizzle spreads the 8 rows of an atom over all 32 banks for the copies and the P stores.
+// Shared-memory matrix descriptors over the swizzled layouts of canopy_Sm90Layout.hpp.
 // ---------------------------------------------------------------------------------------------
-constexpr int SWIZZLE_ROW_BYTES = 128;                    ///< one row of a 64-column block
-constexpr int SWIZZLE_ATOM_BYTES = 8 * SWIZZLE_ROW_BYTES;  ///< 8 rows: the unit the swizzle repeats over
+/// The swizzle modes of a descriptor (bits 62-63).
+enum class Swizzle : uint64_t
+{
+  k128B = 1,
+  k64B = 2,
+};
 
-/// Byte offset of row \p r, 16-byte chunk \p c (0..7) inside a 64-column block.
-__host__ __device__ constexpr int swizzled(int r, int c) { return r * SWIZZLE_ROW_BYTES + ((c ^ (r & 7)) << 4); }
-
-/// Shared-memory matrix descriptor, 128-byte swizzle (layout type 1 in bits 62-63). Offsets are in
+/// Shared-memory matrix descriptor (128-byte swizzle unless \p mode says otherwise). Offsets are in
 /// bytes and stored in 16-byte units. K-major operands (rows contiguous along the reduction): \p sbo
 /// = bytes between 8-row groups, \p lbo unused (1). N-major operands (B transposed: rows along the
 /// reduction, contiguous along N): \p lbo = bytes between 64-column blocks, \p sbo = bytes between
 /// groups of 8 reduction rows.
-__device__ __forceinline__ uint64_t smemDescriptor(uint32_t smem_addr, uint32_t lbo, uint32_t sbo)
+__device__ __forceinline__ uint64_t smemDescriptor(uint32_t smem_addr, uint32_t lbo, uint32_t sbo,
+                                                   Swizzle mode = Swizzle::k128B)
 {
   return static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4 ? lbo >> 4 : 1) << 16) |
-         (static_cast<uint64_t>(sbo >> 4) << 32) | (uint64_t{1} << 62);
+         (static_cast<uint64_t>(sbo >> 4) << 32) | (static_cast<uint64_t>(mode) << 62);
 }
 
 /// A descriptor moved by \p bytes (a multiple of 16): the start address is its low 14 bits, and no
@@ -222,16 +223,43 @@ __device__ __forceinline__ void setMaxRegisters()
 // 2 (l % 4) + i % 2 (the mma.sync m16n8 C layout repeated over N / 8 column blocks).
 // \p accumulate 0: D = A B (the first k-step of a tile), else D += A B.
 // ---------------------------------------------------------------------------------------------
+// The accumulator operands of the wgmma wrappers below: N / 2 fp32 registers per thread.
+#define CANOPY_WGMMA_N32_REGS "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define CANOPY_WGMMA_N32_ACC "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define CANOPY_WGMMA_N256_REGS \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define CANOPY_WGMMA_N256_ACC \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+  "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+  "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+  "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+  "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+  "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+  "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+  "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+
 /// D[64 x 32] (+)= A (64 x 16, shared, K-major) * B (16 x 32, shared; TRANS_B: N-major), bf16 -> fp32.
 template <int TRANS_B>
 __device__ __forceinline__ void wgmmaM64N32(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int accumulate)
 {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
-               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-               "}, %16, %17, p, 1, 1, 0, %19;\n}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                 "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" CANOPY_WGMMA_N32_REGS "}, %16, %17, p, 1, 1, 0, %19;\n}\n"
+               : CANOPY_WGMMA_N32_ACC
                : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
 }
 
@@ -240,32 +268,48 @@ template <int TRANS_B>
 __device__ __forceinline__ void wgmmaM64N256(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate)
 {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-               "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-               "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-               "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-               "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-               "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-               "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-               "}, %128, %129, p, 1, 1, 0, %131;\n}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                 "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                 "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                 "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                 "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                 "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                 "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                 "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-                 "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-                 "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-                 "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-                 "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-                 "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-                 "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-                 "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-                 "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+               "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" CANOPY_WGMMA_N256_REGS "}, %128, %129, p, 1, 1, 0, %131;\n}\n"
+               : CANOPY_WGMMA_N256_ACC
                : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
 }
+
+// ---------------------------------------------------------------------------------------------
+// wgmma m64nNk32 on FP8 operands (\p E5M2: e5m2, else e4m3, for A and B alike), both K-major in
+// shared memory (8-bit wgmma has no transposed operand), fp32 accumulators in the layout above.
+// ---------------------------------------------------------------------------------------------
+/// D[64 x 32] (+)= A (64 x 32, shared, K-major) * B (32 x 32, shared, K-major), FP8 -> fp32.
+template <bool E5M2>
+__device__ __forceinline__ void wgmmaM64N32Fp8(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int accumulate)
+{
+  if constexpr (E5M2)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k32.f32.e5m2.e5m2 {" CANOPY_WGMMA_N32_REGS "}, %16, %17, p, 1, 1;\n}\n"
+                 : CANOPY_WGMMA_N32_ACC
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  else
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {" CANOPY_WGMMA_N32_REGS "}, %16, %17, p, 1, 1;\n}\n"
+                 : CANOPY_WGMMA_N32_ACC
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+/// D[64 x 256] (+)= A (64 x 32, shared, K-major) * B (32 x 256, shared, K-major), FP8 -> fp32.
+template <bool E5M2>
+__device__ __forceinline__ void wgmmaM64N256Fp8(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate)
+{
+  if constexpr (E5M2)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k32.f32.e5m2.e5m2 {" CANOPY_WGMMA_N256_REGS "}, %128, %129, p, 1, 1;\n}\n"
+                 : CANOPY_WGMMA_N256_ACC
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  else
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {" CANOPY_WGMMA_N256_REGS "}, %128, %129, p, 1, 1;\n}\n"
+                 : CANOPY_WGMMA_N256_ACC
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+#undef CANOPY_WGMMA_N32_REGS
+#undef CANOPY_WGMMA_N32_ACC
+#undef CANOPY_WGMMA_N256_REGS
+#undef CANOPY_WGMMA_N256_ACC
 } // namespace canopy::cuda::Impl::sm90

@@ -102,6 +102,10 @@ cudaError_t launchVerifySm120Wide(VerifyParams const &p, cudaStream_t stream);
 /// same params, workspace and combine as cuda-sm120. Enqueue only; callers check the device is
 /// sm_90 first (the kernel traps elsewhere).
 cudaError_t launchVerifySm90(VerifyParams const &p, cudaStream_t stream);
+/// \brief cuda-sm90 in fp8-mma numerics on an fp8-e4m3 or fp8-e5m2 pool: Q and the softmax weights
+/// cast to the pool's type, both products on FP8 wgmma (V transposed in shared memory by the
+/// producer); the same grid, params, workspace and combine. Other dtypes: cudaErrorInvalidValue.
+cudaError_t launchVerifySm90Fp8Mma(VerifyParams const &p, cudaStream_t stream);
 /// \brief cuda-sm90-sync: the cuda-sm90 tile without the producer: the two warpgroups issue the
 /// copies themselves, one CTA barrier per tile (same shared memory, params, workspace and combine).
 cudaError_t launchVerifySm90Sync(VerifyParams const &p, cudaStream_t stream);
@@ -115,8 +119,10 @@ cudaError_t launchVerifySm90Pairs(VerifyParams const &p, cudaStream_t stream, in
 int sm90ClusterFor(int max_tree, int num_heads);
 /// \brief Dynamic shared memory per block of the cuda-sm90 kernel (above the sm_120 limit).
 size_t sm90SharedBytes();
-/// \brief Raises the cuda-sm90 kernel's shared-memory limit; idempotent, outside capture, sm_90 only.
+/// \brief Raises the cuda-sm90 kernels' shared-memory limit (fp8-mma's too); idempotent, outside capture, sm_90 only.
 cudaError_t prepareSm90Kernel();
+/// \brief The same for the fp8-mma kernels alone (prepareSm90Kernel calls it).
+cudaError_t prepareSm90Fp8MmaKernel();
 
 /// \brief cuda-flat: SGLang Triton extend-kernel structure: one block per (request, head, 32-node
 /// query tile), whole prefix walked serially, K and V tiles loaded separately. nsplit is ignored.

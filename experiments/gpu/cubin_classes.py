@@ -10,7 +10,10 @@ and they match cuobjdump's counts for every kernel of canopy's sm_90 and sm_90a 
 
 Usage: cubin_classes.py <file.cubin> [--kernel REGEX] [--gaps] [--span]
   (make the cubin with `nvcc -cubin -gencode=arch=compute_90a,code=sm_90a ...`)
-Prints the markdown table of sass_counts.sh: instructions, HGMMA, HMMA, LDSM, LDGSTS, R2UR, LDL, STL.
+Prints the markdown table of sass_counts.sh: instructions, HGMMA, HMMA, LDSM, LDGSTS, R2UR, LDL, STL,
+QGMMA (wgmma on FP8 operands, whose opcode was read off cuda-sm90's fp8-mma kernels: the one opcode
+they have 20 of, one per k-step of a tile, and the bf16 kernels none). --span and --gaps count
+between wgmma of either kind.
 Exit 2 for a file that is not an sm_90 cubin.
 """
 import argparse
@@ -20,8 +23,9 @@ import sys
 
 # Opcode (low 12 bits of the first word) -> class, sm_90 only, as cuobjdump names them.
 SM90_OPCODES = {0x9F0: "HGMMA", 0x23C: "HMMA", 0x83B: "LDSM", 0xFAE: "LDGSTS", 0x2CA: "R2UR",
-                0x983: "LDL", 0x387: "STL"}
-CLASSES = ["HGMMA", "HMMA", "LDSM", "LDGSTS", "R2UR", "LDL", "STL"]
+                0x983: "LDL", 0x387: "STL", 0x9F3: "QGMMA"}
+CLASSES = ["HGMMA", "HMMA", "LDSM", "LDGSTS", "R2UR", "LDL", "STL", "QGMMA"]
+WGMMA = ("HGMMA", "QGMMA")
 
 
 def sections(data):
@@ -58,8 +62,8 @@ def kernels(data, kernel=None):
 
 
 def hgmma_gaps(classes):
-    """Instructions between consecutive HGMMA of one kernel (the issue cost around each wgmma)."""
-    at = [i for i, c in enumerate(classes) if c == "HGMMA"]
+    """Instructions between consecutive wgmma of one kernel (the issue cost around each wgmma)."""
+    at = [i for i, c in enumerate(classes) if c in WGMMA]
     return [b - a - 1 for a, b in zip(at, at[1:])]
 
 
@@ -68,11 +72,11 @@ def main():
     ap.add_argument("cubin")
     ap.add_argument("--kernel", help="only kernels whose mangled name matches this regex")
     ap.add_argument("--gaps", action="store_true",
-                    help="also the instructions between consecutive HGMMA per kernel (a run of equal gaps is a "
+                    help="also the instructions between consecutive wgmma per kernel (a run of equal gaps is a "
                          "wgmma loop; e.g. cuda-sm90's score loop: 5x35)")
     ap.add_argument("--span", action="store_true",
-                    help="count only the instructions from a kernel's first HGMMA to its last (its wgmma tile "
-                         "loop; kernels without HGMMA count whole)")
+                    help="count only the instructions from a kernel's first wgmma to its last (its wgmma tile "
+                         "loop; kernels without wgmma count whole)")
     a = ap.parse_args()
     try:
         data = open(a.cubin, "rb").read()
@@ -88,16 +92,16 @@ def main():
     print("| kernel | instructions | " + " | ".join(CLASSES) + " |")
     print("|---|" + "---:|" * (len(CLASSES) + 1))
     for k, classes in rows:
-        if a.span and "HGMMA" in classes:
-            first = classes.index("HGMMA")
-            classes = classes[first:len(classes) - classes[::-1].index("HGMMA")]
+        at = [i for i, c in enumerate(classes) if c in WGMMA]
+        if a.span and at:
+            classes = classes[at[0]:at[-1] + 1]
         print(f"| {k} | {len(classes)} | " + " | ".join(str(classes.count(x)) for x in CLASSES) + " |")
     if a.gaps:
         print()
-        print("| kernel | instructions between consecutive HGMMA (run-length: gap x count) |")
+        print("| kernel | instructions between consecutive wgmma (run-length: gap x count) |")
         print("|---|---|")
         for k, classes in rows:
-            if "HGMMA" not in classes:
+            if not any(c in WGMMA for c in classes):
                 continue
             runs = []
             for g in hgmma_gaps(classes):

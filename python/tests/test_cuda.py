@@ -7,7 +7,7 @@ import pytest
 
 import canopy
 from canopy.problems import D_V, empty_out, from_bf16_bits, metadata, quantise_pool, random_problem
-from conftest import passes, reference
+from conftest import errors, passes, reference
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
@@ -142,3 +142,33 @@ def test_cuda_sm90_reads_fp8_pools(kv_dtype, kv_scale, as_torch_fp8):
                             design="cuda-sm90", kv_dtype=kv_dtype, kv_scale=kv_scale)
     torch.cuda.synchronize()
     assert passes(out_bits(out), reference(p, pool=values)), kv_dtype
+
+
+# The fp8-mma error contract (docs/design.md §8, errorBounds): rel-L2 overall / worst row.
+FP8_MMA_BOUNDS = {"fp8-e4m3": (4e-2, 7e-2), "fp8-e5m2": (8e-2, 1.4e-1)}
+
+
+@pytest.mark.parametrize("kv_dtype,kv_scale", [("fp8-e4m3", 1.0 / 32), ("fp8-e5m2", 0.0371)])
+def test_cuda_sm90_fp8_mma(kv_dtype, kv_scale):
+    """cuda-sm90 in fp8-mma numerics (Q and P cast to the pool's type, FP8 wgmma) on an SGLang pool
+    in device memory, against the numpy reference of those numerics within their bounds; the
+    same output is not the dequant one."""
+    if "cuda-sm90" not in CUDA_DESIGNS:
+        pytest.skip("cuda-sm90 runs on sm_90 GPUs only")
+    p = random_problem(seed=43, heads=HEADS, mask="tree", sizes=SIZES, dominant=False)
+    pool, values = quantise_pool(p["kv_pool"], kv_dtype, kv_scale)
+    t = on_gpu(p, bf16=True)
+    t.pop("kv_pool")
+    device_pool = torch.from_numpy(pool).cuda()
+    outs = {}
+    for numerics in ("fp8-mma", "dequant"):
+        out = torch.full((p["q"].shape[0], HEADS, D_V), float("nan"), device="cuda", dtype=torch.bfloat16)
+        canopy.verify_attention(t["q"], device_pool, out, **{k: v for k, v in t.items() if k != "q"}, mask="tree",
+                                sm_scale=p["sm_scale"], design="cuda-sm90", kv_dtype=kv_dtype, kv_scale=kv_scale,
+                                numerics=numerics)
+        torch.cuda.synchronize()
+        outs[numerics] = out_bits(out)
+    total, worst = errors(outs["fp8-mma"], reference(p, pool=values, fp8_mma=kv_dtype[4:]))
+    bound_total, bound_row = FP8_MMA_BOUNDS[kv_dtype]
+    assert total <= bound_total and worst <= bound_row, (kv_dtype, total, worst)
+    assert not np.array_equal(outs["fp8-mma"], outs["dequant"])

@@ -3,8 +3,9 @@
 /// 656-byte block-scaled layout), dequant numerics, against the fp64 reference on the dequantised
 /// pool: random and tree-dominant values, every mask layout, ragged and padded batches, rows past
 /// the split, trees up to 1024 nodes, f32 / bf16 partials and the direct path, eager and under
-/// CUDA graph capture with pools and scales replaced between replays. Then what must fail: the
-/// pool read with a wrong scale, e5m2 bytes read as e4m3, the other designs and fp8-mma refused.
+/// CUDA graph capture with pools and scales replaced between replays; the same in fp8-mma numerics
+/// (FP8 wgmma) on the one-scale pools. Then what must fail: the pool read with a wrong scale, e5m2
+/// bytes read as e4m3 (both numerics), the other designs refused, fp8-mma on a block-scaled pool.
 #include "canopy_CudaBatchStorage.hpp"
 #include "canopy_CudaDesigns.hpp"
 #include "canopy_CudaTestUtils.hpp"
@@ -107,20 +108,16 @@ HostProblem makeFp8Problem(Shape const &s, Fp8Case const &c, MaskLayout layout, 
   return storedAs(generateProblem(g), c.dtype, c.scale);
 }
 
-class Sm90Fp8 : public ::testing::TestWithParam<Fp8Case>
+/// cuda-sm90 in \p numerics on \p c's pool against the reference of those numerics, with their
+/// bounds: every shape, mask layout, f32 / bf16 partials and the direct path.
+void expectMatchesEverywhere(Fp8Case const &c, Numerics numerics)
 {
-};
-
-TEST_P(Sm90Fp8, matchesTheDequantisedReferenceEverywhere)
-{
-  CANOPY_REQUIRE_SM90();
-  Fp8Case const c = GetParam();
   for (Shape const &s : SHAPES)
     for (MaskLayout layout : {MaskLayout::kFull, MaskLayout::kTree, MaskLayout::kParents})
     {
       HostProblem const problem = makeFp8Problem(s, c, layout, 5000 + static_cast<uint64_t>(layout));
       ASSERT_EQ(problem.kv_dtype, c.dtype);
-      std::vector<double> const reference = referenceAttention(problem, Numerics::kDequant);
+      std::vector<double> const reference = referenceAttention(problem, numerics);
       struct Variant
       {
         char const *label;
@@ -132,9 +129,11 @@ TEST_P(Sm90Fp8, matchesTheDequantisedReferenceEverywhere)
         DesignPtr design = cuda::makeSm90Design(v.bf16);
         DesignOptions opt;
         opt.nsplit = v.nsplit;
+        opt.numerics = numerics;
         CheckResult const r = checkDesign(*design, problem, opt, reference);
         std::string const what = std::string(s.name) + " / " + toString(layout) + " / " + v.label + " (" + r.path + ")";
         EXPECT_NE(r.path.find(toString(c.dtype)), std::string::npos) << what << ": the path names the pool's dtype";
+        EXPECT_EQ(r.path.find("fp8-mma") != std::string::npos, numerics == Numerics::kFp8Mma) << what;
         EXPECT_EQ(r.error.num_bad, 0) << what << ": first bad element " << r.error.first_bad;
         EXPECT_TRUE(r.error.pass) << what << ": rel-L2 " << r.error.rel_l2 << ", worst row rel-L2 "
                                   << r.error.worst_row_rel_l2 << " (row " << r.error.worst_row << ")";
@@ -146,10 +145,8 @@ TEST_P(Sm90Fp8, matchesTheDequantisedReferenceEverywhere)
 /// the kernel reads the pool bytes at replay time. The one-scale dtypes' kv_scale is a launch scalar
 /// like sm_scale (SGLang passes k_scale the same way): the graph keeps the one it was captured with,
 /// so the steps share it, and an eager run after the replays takes a new one.
-TEST_P(Sm90Fp8, graphReplayReadsTheLivePool)
+void expectGraphReplayReadsTheLivePool(Fp8Case const &c, Numerics numerics)
 {
-  CANOPY_REQUIRE_SM90();
-  Fp8Case const c = GetParam();
   Shape const steps[] = {
       {"s0", 3, 8, {}, 33, 800, false, 0, 8},
       {"s1", 2, 8, {}, 40, 900, true, 1, 8},
@@ -163,7 +160,7 @@ TEST_P(Sm90Fp8, graphReplayReadsTheLivePool)
     Fp8Case ci = c;
     ci.scale = scales[i];
     problems.push_back(makeFp8Problem(steps[i % 3], ci, MaskLayout::kTree, 6100 + i));
-    references.push_back(referenceAttention(problems.back(), Numerics::kDequant));
+    references.push_back(referenceAttention(problems.back(), numerics));
   }
   BatchCapacity const cap = BatchCapacity::covering(problems);
   PlanBounds bounds;
@@ -177,9 +174,10 @@ TEST_P(Sm90Fp8, graphReplayReadsTheLivePool)
   DesignPtr design = cuda::makeSm90Design();
   DesignOptions opt;
   opt.nsplit = 8;
+  opt.numerics = numerics;
   design->plan(bounds, opt);
   cuda::CudaBatchStorage storage(cap);
-  ErrorBounds const tol = errorBounds(c.dtype, Numerics::kDequant);
+  ErrorBounds const tol = errorBounds(c.dtype, numerics);
   auto expectStep = [&](int i, std::string const &what) {
     std::vector<uint16_t> const out = storage.downloadOutput();
     ErrorStats const e = compareToReference(references[static_cast<size_t>(i)], out.data(), out.size(), tol);
@@ -206,19 +204,56 @@ TEST_P(Sm90Fp8, graphReplayReadsTheLivePool)
   expectStep(3, "eager run with a new scale");
 }
 
+class Sm90Fp8 : public ::testing::TestWithParam<Fp8Case>
+{
+};
+
+TEST_P(Sm90Fp8, matchesTheDequantisedReferenceEverywhere)
+{
+  CANOPY_REQUIRE_SM90();
+  expectMatchesEverywhere(GetParam(), Numerics::kDequant);
+}
+
+TEST_P(Sm90Fp8, graphReplayReadsTheLivePool)
+{
+  CANOPY_REQUIRE_SM90();
+  expectGraphReplayReadsTheLivePool(GetParam(), Numerics::kDequant);
+}
+
 INSTANTIATE_TEST_SUITE_P(Pools, Sm90Fp8, ::testing::ValuesIn(CASES),
                          [](::testing::TestParamInfo<Fp8Case> const &i) { return nameOf(i.param); });
 
+/// fp8-mma (FP8 wgmma, Q and P cast to the pool's type), on the pools it is defined for.
+class Sm90Fp8Mma : public ::testing::TestWithParam<Fp8Case>
+{
+};
+
+TEST_P(Sm90Fp8Mma, matchesTheFp8MmaReferenceEverywhere)
+{
+  CANOPY_REQUIRE_SM90();
+  expectMatchesEverywhere(GetParam(), Numerics::kFp8Mma);
+}
+
+TEST_P(Sm90Fp8Mma, graphReplayReadsTheLivePool)
+{
+  CANOPY_REQUIRE_SM90();
+  expectGraphReplayReadsTheLivePool(GetParam(), Numerics::kFp8Mma);
+}
+
+INSTANTIATE_TEST_SUITE_P(OneScalePools, Sm90Fp8Mma, ::testing::ValuesIn(CASES, CASES + 4),
+                         [](::testing::TestParamInfo<Fp8Case> const &i) { return nameOf(i.param); });
+
 /// The GPU side of the FP8 mutants: the same bytes read with the scale doubled, and e5m2 bytes
-/// read as e4m3, must fail the check (the scale and the format reach the products).
+/// read as e4m3, must fail the check (the scale and the format reach the products), in both numerics.
 TEST(Sm90Fp8Misreads, aWrongScaleOrFormatFails)
 {
   CANOPY_REQUIRE_SM90();
+  for (Numerics numerics : {Numerics::kDequant, Numerics::kFp8Mma})
   for (KvDtype dtype : {KvDtype::kFp8E4m3, KvDtype::kFp8E5m2})
   {
     HostProblem const problem =
         makeFp8Problem(SHAPES[2], Fp8Case{dtype, 0.5f, ValueMode::kRandom}, MaskLayout::kTree, 6200);
-    std::vector<double> const reference = referenceAttention(problem, Numerics::kDequant);
+    std::vector<double> const reference = referenceAttention(problem, numerics);
     PlanBounds bounds = boundsOf(problem);
     auto runWith = [&](auto &&mutate) {
       cuda::CudaBatchStorage storage(BatchCapacity::of(problem));
@@ -229,12 +264,13 @@ TEST(Sm90Fp8Misreads, aWrongScaleOrFormatFails)
       DesignPtr design = cuda::makeSm90Design();
       DesignOptions opt;
       opt.nsplit = 4;
+      opt.numerics = numerics;
       design->plan(bounds, opt);
       design->run(ref, storage.context());
       std::vector<uint16_t> const out = storage.downloadOutput();
-      return compareToReference(reference, out.data(), out.size(), errorBounds(dtype, Numerics::kDequant));
+      return compareToReference(reference, out.data(), out.size(), errorBounds(dtype, numerics));
     };
-    std::string const what = toString(dtype);
+    std::string const what = toString(dtype) + " in " + toString(numerics);
     EXPECT_TRUE(runWith([](BatchRef &, PlanBounds &) {}).pass) << what << " as stored";
     EXPECT_FALSE(runWith([](BatchRef &r, PlanBounds &) { r.kv_scale *= 2; }).pass) << what << " with the scale doubled";
     KvDtype const other = dtype == KvDtype::kFp8E4m3 ? KvDtype::kFp8E5m2 : KvDtype::kFp8E4m3;
@@ -250,14 +286,21 @@ TEST(Sm90Fp8Refusals, unservedPairsAreUnsupportedWithTheReason)
   bounds.kv_dtype = KvDtype::kFp8E4m3;
   DesignOptions opt;
   opt.numerics = Numerics::kFp8Mma;
-  try
+  // fp8-mma has no meaning for a block-scaled pool (its rope part is bf16): bad input, not a fallback.
+  bounds.kv_dtype = KvDtype::kFp8E4m3BlockScaled;
+  EXPECT_THROW(cuda::makeSm90Design()->plan(bounds, opt), InputError);
+  bounds.kv_dtype = KvDtype::kFp8E4m3;
+  for (DesignPtr const &d : {cuda::makeSm90SyncDesign(), cuda::makeSm90PairDesign(), cuda::makeSm120Design()})
   {
-    cuda::makeSm90Design()->plan(bounds, opt);
-    ADD_FAILURE() << "cuda-sm90 planned fp8-mma";
-  }
-  catch (Unsupported const &e)
-  {
-    EXPECT_NE(std::string(e.what()).find("dequant numerics only"), std::string::npos) << e.what();
+    try
+    {
+      d->plan(bounds, opt);
+      ADD_FAILURE() << d->name() << " planned fp8-mma";
+    }
+    catch (Unsupported const &e)
+    {
+      EXPECT_NE(std::string(e.what()).find("fp8-mma"), std::string::npos) << e.what();
+    }
   }
   opt.numerics = Numerics::kDequant;
   std::vector<DesignPtr> others;
@@ -280,6 +323,10 @@ TEST(Sm90Fp8Refusals, unservedPairsAreUnsupportedWithTheReason)
   EXPECT_EQ(cuda::launchVerifySm90Sync(p, storage.stream()), cudaErrorInvalidValue);
   p.batch.kv_scale = 0.f;
   EXPECT_EQ(cuda::launchVerifySm90(p, storage.stream()), cudaErrorInvalidValue) << "a zero scale";
+  EXPECT_EQ(cuda::launchVerifySm90Fp8Mma(p, storage.stream()), cudaErrorInvalidValue) << "a zero scale";
+  p.batch.kv_scale = 1.f;
+  p.batch.kv_dtype = KvDtype::kFp8E4m3BlockScaled;  // fp8-mma is not defined for it
+  EXPECT_EQ(cuda::launchVerifySm90Fp8Mma(p, storage.stream()), cudaErrorInvalidValue) << "a block-scaled pool";
 }
 } // namespace
 } // namespace canopy::test

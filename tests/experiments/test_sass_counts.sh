@@ -18,6 +18,7 @@ cat <<'L'
         /*0010*/                   R2UR UR4, R2 ;
         /*0020*/                   HGMMA.64x32x16.F32.BF16 R152, gdesc[UR4], RZ, !UPT ;
         /*0030*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
+        /*0038*/                   QGMMA.64x32x32.F32.E4M3.E4M3 R24, gdesc[UR4], R24, gsb0 ;
         /*0040*/              @!P0 LDL R3, [R1] ;
 		Function : _Z3barv
         /*0000*/                   LDSM.16.M88.4 R4, [R2] ;
@@ -27,10 +28,10 @@ L
 X
 chmod +x "$work/cuobjdump"
 got=$(PATH="$work:$PATH" sass_counts any.bin sm_90)
-want='| kernel | instructions | HGMMA | HMMA | LDSM | LDGSTS | R2UR | LDL | STL |
-|---|---:|---:|---:|---:|---:|---:|---:|---:|
-| _Z3fooPf | 5 | 1 | 1 | 0 | 0 | 1 | 1 | 0 |
-| _Z3barv | 3 | 0 | 0 | 1 | 1 | 0 | 0 | 1 |'
+want='| kernel | instructions | HGMMA | HMMA | LDSM | LDGSTS | R2UR | LDL | STL | QGMMA |
+|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+| _Z3fooPf | 6 | 1 | 1 | 0 | 0 | 1 | 1 | 0 | 1 |
+| _Z3barv | 3 | 0 | 0 | 1 | 1 | 0 | 0 | 1 | 0 |'
 if [ "$got" != "$want" ]; then
   printf 'sass_counts gave\n%s\nexpected\n%s\n' "$got" "$want" >&2
   exit 1

@@ -59,7 +59,7 @@ TEST(KokkosDesigns, registeredWithKokkosMemory)
 
 /// Whether design \p name serves \p dtype pools in \p numerics (docs/design.md §8): the reference
 /// every mode; kokkos-team and its variants FP8 in dequant numerics (tstKokkosFp8.cpp checks them).
-/// cuda-sm90 serves them too (tstSm90Fp8.cpp, on the GPU).
+/// cuda-sm90 serves them too, in both numerics (tstSm90Fp8.cpp, on the GPU).
 bool servedFp8(std::string const &name, Numerics numerics)
 {
   return name == "reference" || (name.rfind("kokkos-team", 0) == 0 && numerics == Numerics::kDequant);
@@ -99,7 +99,7 @@ TEST(KokkosDesigns, fp8PoolsAreServedOnlyWhereDesignsSaySo)
         EXPECT_TRUE(checkDesign(*d, p, options, ref).error.pass) << what;
         continue;
       }
-      if (n == "cuda-sm90" && m.numerics == Numerics::kDequant)
+      if (n == "cuda-sm90")  // both numerics (fp8-mma on the one-scale dtypes this loop draws)
       {
         EXPECT_EQ(d->whyNotServed(m.dtype, m.numerics), "") << what << " (checked on the GPU: tstSm90Fp8.cpp)";
         continue;
