@@ -158,12 +158,50 @@ struct ProducerCopies
   }
 };
 
+/// The shared-memory window of a tile kernel with config \p Cfg (its Cfg::Smem plan): the base
+/// address in a uniform register (warpUniform: every wgmma descriptor derives from it, so the
+/// score loop builds them on the uniform datapath), the row-exchange floats, TileInfo and the
+/// prologue's views. Traps unless the window starts on a 1024-byte swizzle atom, as the
+/// descriptors assume (the dynamic shared window starts aligned).
+template <class Cfg>
+struct Sm90Window
+{
+  uint32_t base;
+  float *xrow;
+  TileInfo *info;
+  TileSmem sm;
+  __device__ explicit Sm90Window(unsigned char *smem)
+      : base(sm90::warpUniform(smemAddr(smem))), xrow(smemAt<float>(smem, Cfg::Smem::xrow)),
+        info(smemAt<TileInfo>(smem, Cfg::Smem::info)),
+        sm{smemAt<uint64_t>(smem, Cfg::Smem::vis), smemAt<int64_t>(smem, Cfg::Smem::ring), info}
+  {
+    if (base % sm90::SWIZZLE_ATOM_BYTES != 0)
+      __trap();
+  }
+  /// The shared address of region \p r.
+  __device__ uint32_t at(SmemRegion r) const { return base + r.offset; }
+};
+
 /// Where a compute thread sits in the tile: warpgroup wg (score keys [32 wg, +32) of a KV tile,
-/// output columns [256 wg, +256)), its warp's 16 rows from wrow, and its lane's accumulator rows
-/// wrow + g and wrow + g + 8 (g = lane / 4) and column pairs t4 (lane % 4).
+/// output columns [256 wg, +256); through warpUniform, so that what derives from it stays
+/// uniform), its warp's 16 rows from wrow, and its lane's accumulator rows wrow + g and
+/// wrow + g + 8 (g = lane / 4) and column pairs t4 (lane % 4).
 struct ComputeLane
 {
   int wg, wrow, lane, g, t4;
+  __device__ static ComputeLane of(int tid)
+  {
+    int const lane = tid & 31;
+    return {sm90::warpUniform(tid >> 7), ((tid >> 5) & 3) * 16, lane, lane >> 2, lane & 3};
+  }
+  /// The visibility word offset of the thread's row wrow + g + 8 h of row tile info->mt, -1 for a
+  /// row past the request.
+  template <class Cfg>
+  __device__ int visRow(VerifyParams const &p, TileInfo const volatile *info, int h) const
+  {
+    int const rr = info->mt * Cfg::M_TILE + wrow + g + h * 8;
+    return rr < info->T * p.batch.num_heads ? (rr / p.batch.num_heads - info->node_lo) * info->vis_stride : -1;
+  }
 };
 
 /// Stages mask and softmax of one warpgroup's 32 scores \p s of KV tile \p j (the m64n32 wgmma
@@ -171,12 +209,12 @@ struct ComputeLane
 /// or outside the node's visible set get -inf. Softmax: row maxima over both warpgroups' keys
 /// through \p xrow (max is exact, so both warpgroups derive the same state), \p s becomes this
 /// warpgroup's weights exp2(s scale - m), \p row's sums take them, and \p o is rescaled when the
-/// max moved. \p visRow(h): the visibility word offset of the thread's row g + 8 h, -1 past the request.
-template <class Cfg, class VisRow>
+/// max moved.
+template <class Cfg>
 __device__ __forceinline__ void maskAndSoftmax(VerifyParams const &p, TileInfo const volatile *info, TileSmem const &sm,
                                                float *xrow, int j, ComputeLane const &me, float scale,
                                                float (&s)[Cfg::S_REGS], SoftmaxState (&row)[2],
-                                               float (&o)[Cfg::O_REGS], VisRow const &visRow)
+                                               float (&o)[Cfg::O_REGS])
 {
   int const col0 = info->s0 + j * Cfg::N_TILE;
   if (info->P - col0 < Cfg::N_TILE || info->s1 - col0 < Cfg::N_TILE)
@@ -185,8 +223,8 @@ __device__ __forceinline__ void maskAndSoftmax(VerifyParams const &p, TileInfo c
     uint32_t vm[2] = {0u, 0u};
     if (col < info->s1)
     {
-      vm[0] = visibleWindow<32>(info, sm.vis, visRow(0), col) >> (me.t4 * 2);
-      vm[1] = visibleWindow<32>(info, sm.vis, visRow(1), col) >> (me.t4 * 2);
+      vm[0] = visibleWindow<32>(info, sm.vis, me.visRow<Cfg>(p, info, 0), col) >> (me.t4 * 2);
+      vm[1] = visibleWindow<32>(info, sm.vis, me.visRow<Cfg>(p, info, 1), col) >> (me.t4 * 2);
     }
 #pragma unroll
     for (int i = 0; i < Cfg::S_REGS; ++i)
@@ -232,10 +270,10 @@ __device__ __forceinline__ void maskAndSoftmax(VerifyParams const &p, TileInfo c
 /// Stage store, after the last KV tile: row sums over both warpgroups' keys (added in the same
 /// order by both), then each warpgroup's 256 output columns of its rows, O / l times \p kv_scale (a
 /// one-scale FP8 pool's scale, else 1), as a split's partial or, with one split, the output.
-template <class Cfg, class PartialT, class VisRow>
+template <class Cfg, class PartialT>
 __device__ __forceinline__ void storeTile(VerifyParams const &p, TileInfo const volatile *info, float *xrow,
                                           ComputeLane const &me, float kv_scale, SoftmaxState (&row)[2],
-                                          float const (&o)[Cfg::O_REGS], VisRow const &visRow)
+                                          float const (&o)[Cfg::O_REGS])
 {
 #pragma unroll
   for (int h = 0; h < 2; ++h)
@@ -249,7 +287,7 @@ __device__ __forceinline__ void storeTile(VerifyParams const &p, TileInfo const 
 #pragma unroll
   for (int h = 0; h < 2; ++h)
   {
-    if (visRow(h) < 0)
+    if (me.visRow<Cfg>(p, info, h) < 0)
       continue;  // row past the request
     int const r = me.wrow + me.g + 8 * h;
     row[h].l = xrow[r] + xrow[Cfg::M_TILE + r];

@@ -292,22 +292,15 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
   constexpr bool ONE_SCALE = KV == KvDtype::kFp8E4m3 || KV == KvDtype::kFp8E5m2;
   using Smem = typename Cfg::Smem;
   extern __shared__ __align__(1024) unsigned char sm90_smem[];
-  unsigned char *const smem = sm90_smem;
-  float *const xrow = smemAt<float>(smem, Smem::xrow);
-  TileInfo *const info_w = smemAt<TileInfo>(smem, Smem::info);
-  TileInfo const volatile *const info = info_w;
-  TileSmem const sm{smemAt<uint64_t>(smem, Smem::vis), smemAt<int64_t>(smem, Smem::ring), info_w};
-  // The window's shared address in a uniform register (warpUniform): every wgmma descriptor below
-  // derives from it, so the score loop builds them on the uniform datapath.
-  uint32_t const smem_base = sm90::warpUniform(smemAddr(smem));
-  uint32_t const q_base = smem_base + Smem::q.offset;
-  uint32_t const kv_base = smem_base + Smem::kv.offset;
-  uint32_t const p_base = smem_base + Smem::p.offset;
+  Sm90Window<Cfg> const win(sm90_smem);
+  float *const xrow = win.xrow;
+  TileInfo const volatile *const info = win.info;
+  TileSmem const &sm = win.sm;
+  uint32_t const q_base = win.at(Smem::q);
+  uint32_t const kv_base = win.at(Smem::kv);
+  uint32_t const p_base = win.at(Smem::p);
+  StageBarriers const bars{win.at(Smem::bars)};
 
-  StageBarriers const bars{smemAddr(smemAt<unsigned char>(smem, Smem::bars))};
-
-  if (q_base % sm90::SWIZZLE_ATOM_BYTES != 0)
-    __trap();  // the descriptors assume 1024-byte atoms; the dynamic shared window starts aligned
   // A CTA pair shares its KV tiles when both row tiles have work in this split (CTA-uniform, and the
   // same answer in both CTAs); a CTA whose peer has none gathers alone.
   uint32_t const rank = PAIRS ? sm90::clusterRank() : 0u;
@@ -381,11 +374,8 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
     computeBarrier<Cfg>();
   }
 
-  int const tid = threadIdx.x;
-  int const wg = sm90::warpUniform(tid >> 7);  // warpgroup: score keys [32 wg, +32), output columns [256 wg, +256)
-  int const wrow = ((tid >> 5) & 3) * 16;    // the warp's 16 rows of the tile
-  int const lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  ComputeLane const me{wg, wrow, lane, g, t4};
+  ComputeLane const me = ComputeLane::of(threadIdx.x);
+  int const wg = me.wg, wrow = me.wrow, lane = me.lane, g = me.g, t4 = me.t4;
   float const kv_scale = ONE_SCALE ? p.batch.kv_scale : 1.f;  // scores and O are linear in K and V
   float const scale = p.batch.sm_scale * kv_scale * LOG2E;
 
@@ -399,12 +389,6 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
   uint64_t const p_desc = sm90::smemDescriptor(p_base, 0, sm90::SWIZZLE_ATOM_BYTES);
   uint64_t const v_desc0 =
       sm90::smemDescriptor(kv_base + wg * (Cfg::O_COLS / 64) * Cfg::BLOCK_BYTES, Cfg::BLOCK_BYTES, sm90::SWIZZLE_ATOM_BYTES);
-
-  // Visibility word offset of the thread's row wrow + g + 8 h; -1 for rows past the request.
-  auto visRow = [&](int h) -> int {
-    int const rr = info->mt * Cfg::M_TILE + wrow + g + h * 8;
-    return rr < info->T * p.batch.num_heads ? (rr / p.batch.num_heads - info->node_lo) * info->vis_stride : -1;
-  };
 
   float o[Cfg::O_REGS];
 #pragma unroll
@@ -470,11 +454,11 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
     sm90::wgmmaWait<0>();
     sm90::fenceOperands(s);
 
-    maskAndSoftmax<Cfg>(p, info, sm, xrow, j, me, scale, s, row, o, visRow);
+    maskAndSoftmax<Cfg>(p, info, sm, xrow, j, me, scale, s, row, o);
 
     // Stage: exchange. This warpgroup's 32 keys of P, as bf16 pairs at (row, key 32 wg + 8 n + 2 t4):
     // chunk 4 wg + n of the row, swizzled (conflict-free: the 8 rows of a warp hit 8 chunks).
-    unsigned char *const pbuf = smemAt<unsigned char>(smem, Smem::p);
+    unsigned char *const pbuf = smemAt<unsigned char>(sm90_smem, Smem::p);
 #pragma unroll
     for (int n = 0; n < Cfg::S_KEYS / 8; ++n)
 #pragma unroll
@@ -509,7 +493,7 @@ __device__ __forceinline__ void verifyTileSm90(VerifyParams const &p, int b, int
     }
   }
 
-  storeTile<Cfg, PartialT>(p, info, xrow, me, kv_scale, row, o, visRow);
+  storeTile<Cfg, PartialT>(p, info, xrow, me, kv_scale, row, o);
   // A CTA of a pair stays until its peer is done with it: the peer's warps arrive on this CTA's
   // empty barriers (distributed shared memory) up to their last tile.
   if (pair)

@@ -194,18 +194,14 @@ __device__ __forceinline__ void verifyTileSm90Fp8Mma(VerifyParams const &p, int 
   using Smem = Cfg::Smem;
   constexpr bool E5M2 = KV == KvDtype::kFp8E5m2;
   extern __shared__ __align__(1024) unsigned char sm90_smem[];
-  unsigned char *const smem = sm90_smem;
-  float *const xrow = smemAt<float>(smem, Smem::xrow);
-  TileInfo *const info_w = smemAt<TileInfo>(smem, Smem::info);
-  TileInfo const volatile *const info = info_w;
-  TileSmem const sm{smemAt<uint64_t>(smem, Smem::vis), smemAt<int64_t>(smem, Smem::ring), info_w};
-  uint32_t const smem_base = sm90::warpUniform(smemAddr(smem));
-  uint32_t const q8_base = smem_base + Smem::q8.offset;
-  uint32_t const kv_base = smem_base + Smem::kv.offset;
-  uint32_t const p8_base = smem_base + Smem::p8.offset;
-  Fp8MmaBarriers const bars{smemAddr(smemAt<unsigned char>(smem, Smem::bars))};
-  if (q8_base % sm90::SWIZZLE_ATOM_BYTES != 0)
-    __trap();
+  Sm90Window<Cfg> const win(sm90_smem);
+  float *const xrow = win.xrow;
+  TileInfo const volatile *const info = win.info;
+  TileSmem const &sm = win.sm;
+  uint32_t const q8_base = win.at(Smem::q8);
+  uint32_t const kv_base = win.at(Smem::kv);
+  uint32_t const p8_base = win.at(Smem::p8);
+  Fp8MmaBarriers const bars{win.at(Smem::bars)};
   if (threadIdx.x == 0)
   {
     for (int s = 0; s < Cfg::KV_STAGES; ++s)
@@ -234,10 +230,8 @@ __device__ __forceinline__ void verifyTileSm90Fp8Mma(VerifyParams const &p, int 
   sm90::setMaxRegisters<Cfg::FP8_COMPUTE_REGS, true>();
 
   int const tid = threadIdx.x;
-  int const wg = sm90::warpUniform(tid >> 7);
-  int const wrow = ((tid >> 5) & 3) * 16;
-  int const lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  ComputeLane const me{wg, wrow, lane, g, t4};
+  ComputeLane const me = ComputeLane::of(tid);
+  int const wg = me.wg, wrow = me.wrow, lane = me.lane, g = me.g;
   // Stage: Q. The bf16 rows landed in beginTile; once cast, stage 1 is the producer's again.
   castQ<KV>(q_staged, q8_base, tid);
   sm90::fenceProxyAsync();
@@ -257,11 +251,6 @@ __device__ __forceinline__ void verifyTileSm90Fp8Mma(VerifyParams const &p, int 
   uint64_t const p_desc = sm90::smemDescriptor(p8_base, 0, sm90::SWIZZLE64_ATOM_BYTES, sm90::Swizzle::k64B);
   uint64_t const v_desc0 = sm90::smemDescriptor(kv_base + Cfg::OP_BYTES + wg * Cfg::O_COLS * Cfg::VT_ROW_BYTES, 0,
                                                 sm90::SWIZZLE64_ATOM_BYTES, sm90::Swizzle::k64B);
-
-  auto visRow = [&](int h) -> int {
-    int const rr = info->mt * Cfg::M_TILE + wrow + g + h * 8;
-    return rr < info->T * p.batch.num_heads ? (rr / p.batch.num_heads - info->node_lo) * info->vis_stride : -1;
-  };
 
   float o[Cfg::O_REGS];
 #pragma unroll
@@ -296,7 +285,7 @@ __device__ __forceinline__ void verifyTileSm90Fp8Mma(VerifyParams const &p, int 
     sm90::wgmmaWait<0>();
     sm90::fenceOperands(s);
 
-    maskAndSoftmax<Cfg>(p, info, sm, xrow, j, me, scale, s, row, o, visRow);
+    maskAndSoftmax<Cfg>(p, info, sm, xrow, j, me, scale, s, row, o);
 
     // Stage: exchange. The weights cast to FP8: keys 32 wg + 8 n + 2 t4 + e (n = 0..3) of row
     // wrow + g + 8 h are bytes n of one column word (the key order V^T was written in).
@@ -323,7 +312,7 @@ __device__ __forceinline__ void verifyTileSm90Fp8Mma(VerifyParams const &p, int 
     if (lane == 0)
       sm90::mbarrierArrive(bars.empty(s_));
   }
-  storeTile<Cfg, PartialT>(p, info, xrow, me, kv_scale, row, o, visRow);
+  storeTile<Cfg, PartialT>(p, info, xrow, me, kv_scale, row, o);
 }
 
 template <class PartialT, KvDtype KV>
