@@ -54,7 +54,7 @@ if [ "$mode" = checks ]; then
   gtest_cases "$test_bin" | grep -E "${CANOPY_SANITIZER_CASES:-.}" |
     { if [ -n "${CANOPY_SANITIZER_EXCLUDE:-}" ]; then grep -vE "$CANOPY_SANITIZER_EXCLUDE"; else cat; fi; } > "$out/cases.txt"
   export test_bin out here
-  export families="sm120Kernel sm120WideKernel sm90Kernel sm90SyncKernel sm90PairKernel flatKernel combineKernel"
+  export families="sm120Kernel sm120WideKernel sm90Kernel sm90SyncKernel sm90PairKernel sm90Fp8MmaKernel flatKernel combineKernel"
   sanitize() {  # tool case [family]: one line, "case | family | summary | exit | seconds"
     source "$here/experiments/gpu/sanitize_case.sh"
     local tool=$1 c=$2 fam=${3:-all} filter=()
