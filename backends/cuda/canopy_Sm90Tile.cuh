@@ -80,8 +80,9 @@ struct Sm90ProducerConfig : Sm90Config
   static constexpr bool READS_FP8 = true;  ///< its producer converts FP8 pools (Fp8TileWriter)
   static constexpr int PRODUCER_REGS = 72;
   static constexpr int COMPUTE_REGS = 216;
-  /// An FP8 pool's producer holds its rows in registers (Fp8TileWriter): it takes 16 more (at 72 a
-  /// batch of 4 spilled; the compute warpgroups need 196, docs/results/cuda-sm90.md).
+  /// An FP8 pool's producer holds its rows in registers (Fp8TileWriter), fp8-mma's the pieces of its
+  /// V^T transpose: they take 16 more (at 72 a batch of 4 spilled, and the transpose unrolled by 2;
+  /// the compute warpgroups need 196, docs/results/cuda-sm90.md).
   static constexpr int FP8_PRODUCER_REGS = 88;
   static constexpr int FP8_COMPUTE_REGS = 208;
   static constexpr int FULL_ARRIVALS = PRODUCER_THREADS;

@@ -6,7 +6,9 @@
 /// columns over all 64 keys. A third, producer warpgroup issues every K/V copy and hands the two
 /// stages over through mbarriers (cuda-sm90-sync, kept for the ablation, has the compute warps
 /// issue them between their score wgmma, with a CTA barrier per tile). Compiled for sm_90a only;
-/// the split bookkeeping, visibility windows, partial stores and the combine are cuda-sm120's.
+/// the split bookkeeping, visibility windows, partial stores and the combine are cuda-sm120's; the
+/// tile's config, producer gather and mask, softmax and store stages are in canopy_Sm90Tile.cuh,
+/// shared with the fp8-mma kernel (canopy_VerifyAttentionSm90Fp8Mma.cu).
 ///
 /// Model per 64-row x 64-key tile (docs/results/cuda-sm90.md): 8.9 MFLOP (Q.K^T 4.7, P.V 4.2);
 /// shared-memory reads by wgmma 216 KB for the scores (each warpgroup re-reads the 72 KB Q tile
