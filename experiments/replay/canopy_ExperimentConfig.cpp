@@ -265,13 +265,24 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
     for (size_t i = 0; i < numerics.size(); ++i)
       c.numerics.push_back(parseNumerics(numerics[i], "options.numerics[" + std::to_string(i) + "]"));
     r.finish();
-    // Every numerics meets every dtype of the inputs: a pair with no meaning (fp8-mma on a bf16 or
-    // block-scaled pool) is bad input before any work, not a row. A trace replayed as stored is
-    // checked when it is opened (makeSources), its dtype being in the file.
-    for (size_t i = 0; i < c.numerics.size(); ++i)
+    // A numerics with no meaning for a dtype (fp8-mma on a bf16 or block-scaled pool) gives that
+    // input's rows as skipped, saying so, so that one run can put bf16, dequant and fp8-mma side
+    // by side; a numerics with no meaning for any input is a mistake, refused before any work. A
+    // trace replayed as stored has its dtype in the file: makeSources checks once it is opened.
+    bool const stored_traces = !c.traces.empty() && c.kv_dtypes.empty();
+    for (size_t i = 0; i < c.numerics.size() && !stored_traces; ++i)
+    {
+      DtypeInUse const *undefined = nullptr;
+      bool defined = false;
       for (DtypeInUse const &u : in_use)
-        if (std::string const why = numericsUndefinedFor(u.dtype, c.numerics[i]); !why.empty())
-          throw InputError("options.numerics[" + std::to_string(i) + "]: " + why + " (" + u.key + ")");
+        if (numericsUndefinedFor(u.dtype, c.numerics[i]).empty())
+          defined = true;
+        else if (!undefined)
+          undefined = &u;
+      if (undefined && !defined)
+        throw InputError("options.numerics[" + std::to_string(i) + "]: " +
+                         numericsUndefinedFor(undefined->dtype, c.numerics[i]) + " (" + undefined->key + ")");
+    }
   }
 
   {

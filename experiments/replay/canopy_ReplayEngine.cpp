@@ -138,8 +138,10 @@ void runCombo(ExperimentConfig const &c, StepSource const &src, std::map<int, Bu
   DesignPtr design = makeDesign(k.design);
   Executor &exec = executorFor(design->memory());
   row.device = exec.rowDevice();
-  std::string why;
-  if (!exec.supports(k.mode, *design, &why))
+  // A numerics with no meaning for this input's dtype (another input of the run has one it fits).
+  std::string why = numericsUndefinedFor(src.axes().kv_dtype, k.numerics);
+  bool const skip = !why.empty() || !exec.supports(k.mode, *design, &why);
+  if (skip)
   {
     row.status = RowStatus::kSkipped;
     row.note = why;

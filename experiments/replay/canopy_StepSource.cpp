@@ -311,6 +311,7 @@ std::unique_ptr<StepSource> makeSyntheticSource(GeneratorOptions const &shape, i
 std::vector<std::unique_ptr<StepSource>> makeSources(ExperimentConfig const &c)
 {
   std::vector<std::unique_ptr<StepSource>> out;
+  std::vector<std::string> whence;  // per source, how its dtype was chosen (the refusal below names it)
   for (size_t ti = 0; ti < c.traces.size(); ++ti)
   {
     std::vector<std::optional<KvDtype>> dtypes{std::nullopt};  // as stored
@@ -319,12 +320,8 @@ std::vector<std::unique_ptr<StepSource>> makeSources(ExperimentConfig const &c)
     for (auto const &dtype : dtypes)
     {
       out.push_back(makeTraceSource(c.traces[ti], c.max_steps, c.seed, dtype, c.kv_scale));
-      // The config's check of numerics against dtypes, for a trace replayed as stored.
-      KvDtype const replayed = out.back()->axes().kv_dtype;
-      for (size_t i = 0; i < c.numerics.size(); ++i)
-        if (std::string const why = numericsUndefinedFor(replayed, c.numerics[i]); !why.empty())
-          throw InputError("options.numerics[" + std::to_string(i) + "]: " + why + " (inputs.traces[" +
-                           std::to_string(ti) + "] '" + c.traces[ti] + "' is replayed as stored: set inputs.kv_dtype)");
+      whence.push_back("inputs.traces[" + std::to_string(ti) + "] '" + c.traces[ti] +
+                       (dtype ? "'" : "' is replayed as stored: set inputs.kv_dtype"));
     }
   }
   for (auto const &sw : c.sweeps)
@@ -347,7 +344,24 @@ std::vector<std::unique_ptr<StepSource>> makeSources(ExperimentConfig const &c)
               o.kv_scale = sw.kv_scale;
               o.seed = c.seed;
               out.push_back(makeSyntheticSource(o, sw.steps));
+              whence.push_back(out.back()->label());
             }
+  // The config's check of numerics against dtypes, with the traces' dtypes known: a numerics
+  // with no meaning for any input is refused (for some inputs only: their rows say skipped).
+  for (size_t i = 0; i < c.numerics.size(); ++i)
+  {
+    size_t undefined = out.size();
+    bool defined = false;
+    for (size_t k = 0; k < out.size(); ++k)
+      if (numericsUndefinedFor(out[k]->axes().kv_dtype, c.numerics[i]).empty())
+        defined = true;
+      else if (undefined == out.size())
+        undefined = k;
+    if (undefined < out.size() && !defined)
+      throw InputError("options.numerics[" + std::to_string(i) + "]: " +
+                       numericsUndefinedFor(out[undefined]->axes().kv_dtype, c.numerics[i]) + " (" + whence[undefined] +
+                       ")");
+  }
   return out;
 }
 } // namespace canopy

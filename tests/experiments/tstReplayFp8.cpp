@@ -117,19 +117,21 @@ TEST(Fp8Config, badValuesAreRefusedNamingTheKey)
   expectRefused(sweep + DESIGNS + "[options]\nnumerics = [\"dequant\", \"dequant\"]\n", "options.numerics");
 }
 
-TEST(Fp8Config, numericsUndefinedForAnInputDtypeIsRefusedUpFront)
+TEST(Fp8Config, numericsUndefinedForEveryInputIsRefusedUpFront)
 {
   // fp8-mma casts Q and P to the pool's own FP8 type: no meaning for a bf16 or block-scaled pool.
+  // A numerics that meets no input it has a meaning for is a mistake; one that meets some gives
+  // the others' rows as skipped (NumericsForSomeInputs below).
   std::string const mma = "[options]\nnumerics = [\"dequant\", \"fp8-mma\"]\n";
   std::string what = refusal("[[inputs.sweep]]\n" + DESIGNS + mma);
   EXPECT_NE(what.find("options.numerics[1]"), std::string::npos) << what;
   EXPECT_NE(what.find("inputs.sweep[0].kv_dtype (not set: bf16)"), std::string::npos) << what;
-  what = refusal("[inputs]\nkv_dtype = [\"fp8-e4m3\", \"fp8-e4m3-blockscaled\"]\n[[inputs.sweep]]\n" + DESIGNS + mma);
+  what = refusal("[inputs]\nkv_dtype = [\"bf16\", \"fp8-e4m3-blockscaled\"]\n[[inputs.sweep]]\n" + DESIGNS + mma);
   EXPECT_NE(what.find("options.numerics[1]"), std::string::npos) << what;
-  EXPECT_NE(what.find("inputs.kv_dtype[1]"), std::string::npos) << what;
-  what = refusal("[[inputs.sweep]]\nkv_dtype = [\"fp8-e5m2\", \"bf16\"]\n" + DESIGNS + mma);
-  EXPECT_NE(what.find("inputs.sweep[0].kv_dtype[1]"), std::string::npos) << what;
+  EXPECT_NE(what.find("inputs.kv_dtype[0]"), std::string::npos) << what;
   EXPECT_EQ(refusal("[[inputs.sweep]]\nkv_dtype = [\"fp8-e5m2\", \"fp8-e4m3\"]\n" + DESIGNS + mma), "");
+  EXPECT_EQ(refusal("[inputs]\nkv_dtype = [\"fp8-e4m3\", \"fp8-e4m3-blockscaled\"]\n[[inputs.sweep]]\n" + DESIGNS + mma), "");
+  EXPECT_EQ(refusal("[[inputs.sweep]]\nkv_dtype = [\"fp8-e5m2\", \"bf16\"]\n" + DESIGNS + mma), "");
 #ifdef CANOPY_HAVE_TRACE
   // A trace replayed as stored (bf16: every trace today) meets fp8-mma when its sources are made.
   ExperimentConfig c = parseExperimentConfig("[inputs]\ntraces = [\"" + DATA_DIR + "/ddtree_values_h8.h5\"]\n" + DESIGNS,
@@ -145,7 +147,51 @@ TEST(Fp8Config, numericsUndefinedForAnInputDtypeIsRefusedUpFront)
     EXPECT_NE(std::string(e.what()).find("options.numerics[0]"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("inputs.traces[0]"), std::string::npos) << e.what();
   }
+  // Beside an FP8 sweep the trace's fp8-mma rows are skipped instead.
+  c.sweeps.push_back(ShapeSweep{});
+  c.sweeps.back().kv_dtypes = {KvDtype::kFp8E4m3};
+  c.sweeps.back().tree = {5};
+  c.sweeps.back().prefix = {16};
+  EXPECT_EQ(makeSources(c).size(), 2u);
 #endif
+}
+
+/// One run puts bf16, FP8 dequant and FP8 fp8-mma side by side: the bf16 input's fp8-mma row is
+/// skipped with the reason, every other row runs and is checked in its own numerics.
+TEST(Fp8Config, numericsForSomeInputsSkipTheOthersRows)
+{
+  ExperimentConfig c = parseExperimentConfig(R"(
+[inputs]
+kv_dtype = ["bf16", "fp8-e4m3"]
+[[inputs.sweep]]
+tree = 9
+prefix = 40
+heads = 2
+[designs]
+names = ["reference"]
+[options]
+numerics = ["dequant", "fp8-mma"]
+)",
+                                             "side-by-side.toml");
+  c.repetitions = 1;
+  c.warmup = 0;
+  ResultSet const rs = runExperiment(c);
+  ASSERT_EQ(rs.rows.size(), 4u);
+  int skipped = 0;
+  for (ResultRow const &r : rs.rows)
+  {
+    std::string const what = r.input + " " + toString(r.numerics);
+    if (r.axes.kv_dtype == KvDtype::kBf16 && r.numerics == Numerics::kFp8Mma)
+    {
+      ++skipped;
+      EXPECT_EQ(r.status, RowStatus::kSkipped) << what;
+      EXPECT_NE(r.note.find("numerics fp8-mma needs kv dtype fp8-e4m3 or fp8-e5m2, not bf16"), std::string::npos)
+          << what << ": " << r.note;
+    }
+    else
+      EXPECT_EQ(r.status, RowStatus::kOk) << what << ": " << r.note;
+  }
+  EXPECT_EQ(skipped, 1);
 }
 
 TEST(Fp8Config, anFp8TraceIsNotReplayedAsAnotherDtype)
