@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks and measurements of the CUDA designs on a GPU machine, from binaries built on another
-# machine (docs/design.md §6): experiments/gpu/run_cuda_h200.sh checks|measure <bin-dir> <lib-dir> <out-dir>
+# machine (docs/design.md §6): experiments/gpu/run_cuda_h200.sh checks|measure|fp8 <bin-dir> <lib-dir> <out-dir>
 #   checks : GPU test suite; compute-sanitizer memcheck and racecheck over every case of the suite
 #            (sanitizer.md: one row per case, with seconds) and the racecheck reproducer; SASS summary
 #   measure: `canopy peaks` (ceilings, mma.sync per feed over warps per SM), then `canopy run` of
@@ -16,6 +16,11 @@
 #            the P >= 16K shapes and its rows that failed; compare.json holds the same rows with
 #            their fields (design, B, H, T, P, options), for readers that must not parse labels.
 #            Beside it sass.md: per build, its kernels' SASS counts (experiments/gpu/sass_counts.sh).
+#   fp8    : the FP8 acceptance run (docs/design.md §8): the suite's FP8 cases (fp8-tests.log), then
+#            experiments/configs/fp8-mma.toml (cuda-sm90 on bf16 and on fp8-e4m3 in dequant and
+#            fp8-mma numerics, one run: fp8-mma/) and fp8.toml with the PyTorch peer (fp8/,
+#            fp8-torch.jsonl, merged into fp8-all/ and fp8-table.md), each plotted where matplotlib
+#            is installed (plot.py's *_kv_dtype.md tables; else run plot.py on the fetched results).
 # <bin-dir> holds canopy, canopy_Test_VerifyAttentionCuda and canopy_RacecheckNamedBarrier, <lib-dir>
 # the shared libraries the GPU machine lacks (e.g. libtrilinos_kokkoscore, libtomlplusplus). Numbers
 # from an H200 are an sm_90 proxy for the sm_120 design target.
@@ -163,7 +168,26 @@ elif [ "$mode" = compare ] && [ $# -ge 2 ]; then
     printf '\n## %s\n\n' "$v"
     sass_counts "$bin/canopy_$v" "${CANOPY_COMPARE_ARCH:-sm_90}"
   done > "$out/sass.md"
+elif [ "$mode" = fp8 ]; then
+  { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv; echo; } > "$out/run.log"
+  timeout 240 "$test_bin" --gtest_filter='*Fp8*' > "$out/fp8-tests.log" 2>&1
+  echo "fp8 tests exit $?" | tee -a "$out/run.log"
+  grep -E "^\[  (PASSED|SKIPPED|FAILED)  ?\] [0-9]+ tests?|^\[  FAILED  \] [A-Z]" "$out/fp8-tests.log" | tee -a "$out/run.log"
+  for cfg in fp8-mma fp8; do
+    timeout 420 "$canopy_bin" run "$configs/$cfg.toml" --out "$out/$cfg" --quiet >> "$out/run.log" 2>&1
+    echo "$cfg exit $?" | tee -a "$out/run.log"
+  done
+  PYTHONUNBUFFERED=1 timeout 240 python3 "$here/experiments/peers/torch_reference.py" --config "$configs/fp8.toml" \
+    --out "$out/fp8-torch.jsonl" >> "$out/run.log" 2>&1
+  echo "torch exit $?" | tee -a "$out/run.log"
+  python3 "$here/experiments/peers/peer_merge.py" "$out/fp8/results.json" "$out/fp8-torch.jsonl" \
+    --results-out "$out/fp8-all/results.json" > "$out/fp8-table.md" 2>> "$out/run.log"
+  echo "peer_merge exit $?" | tee -a "$out/run.log"
+  for r in "$out/fp8-mma/results.json" "$out/fp8-all/results.json"; do
+    python3 "$here/experiments/plot.py" "$r" >> "$out/run.log" 2>&1 || echo "plot.py $r: not drawn here" | tee -a "$out/run.log"
+  done
+  cat "$out/fp8-mma"/*_kv_dtype.md "$out/fp8-table.md" 2>/dev/null
 else
-  echo "usage: $0 checks|measure <bin-dir> <lib-dir> <out-dir> | compare <bin-dir> <lib-dir> <out-dir> base variant..." >&2
+  echo "usage: $0 checks|measure|fp8 <bin-dir> <lib-dir> <out-dir> | compare <bin-dir> <lib-dir> <out-dir> base variant..." >&2
   exit 2
 fi
