@@ -249,33 +249,35 @@ TEST(Sm90Fp8Misreads, aWrongScaleOrFormatFails)
 {
   CANOPY_REQUIRE_SM90();
   for (Numerics numerics : {Numerics::kDequant, Numerics::kFp8Mma})
-  for (KvDtype dtype : {KvDtype::kFp8E4m3, KvDtype::kFp8E5m2})
   {
-    HostProblem const problem =
-        makeFp8Problem(SHAPES[2], Fp8Case{dtype, 0.5f, ValueMode::kRandom}, MaskLayout::kTree, 6200);
-    std::vector<double> const reference = referenceAttention(problem, numerics);
-    PlanBounds bounds = boundsOf(problem);
-    auto runWith = [&](auto &&mutate) {
-      cuda::CudaBatchStorage storage(BatchCapacity::of(problem));
-      storage.upload(problem);
-      storage.poisonOutput();
-      BatchRef ref = storage.ref();
-      mutate(ref, bounds);
-      DesignPtr design = cuda::makeSm90Design();
-      DesignOptions opt;
-      opt.nsplit = 4;
-      opt.numerics = numerics;
-      design->plan(bounds, opt);
-      design->run(ref, storage.context());
-      std::vector<uint16_t> const out = storage.downloadOutput();
-      return compareToReference(reference, out.data(), out.size(), errorBounds(dtype, numerics));
-    };
-    std::string const what = toString(dtype) + " in " + toString(numerics);
-    EXPECT_TRUE(runWith([](BatchRef &, PlanBounds &) {}).pass) << what << " as stored";
-    EXPECT_FALSE(runWith([](BatchRef &r, PlanBounds &) { r.kv_scale *= 2; }).pass) << what << " with the scale doubled";
-    KvDtype const other = dtype == KvDtype::kFp8E4m3 ? KvDtype::kFp8E5m2 : KvDtype::kFp8E4m3;
-    EXPECT_FALSE(runWith([&](BatchRef &r, PlanBounds &b) { r.kv_dtype = b.kv_dtype = other; }).pass)
-        << what << " read as " << toString(other);
+    for (KvDtype dtype : {KvDtype::kFp8E4m3, KvDtype::kFp8E5m2})
+    {
+      HostProblem const problem =
+          makeFp8Problem(SHAPES[2], Fp8Case{dtype, 0.5f, ValueMode::kRandom}, MaskLayout::kTree, 6200);
+      std::vector<double> const reference = referenceAttention(problem, numerics);
+      PlanBounds bounds = boundsOf(problem);
+      auto runWith = [&](auto &&mutate) {
+        cuda::CudaBatchStorage storage(BatchCapacity::of(problem));
+        storage.upload(problem);
+        storage.poisonOutput();
+        BatchRef ref = storage.ref();
+        mutate(ref, bounds);
+        DesignPtr design = cuda::makeSm90Design();
+        DesignOptions opt;
+        opt.nsplit = 4;
+        opt.numerics = numerics;
+        design->plan(bounds, opt);
+        design->run(ref, storage.context());
+        std::vector<uint16_t> const out = storage.downloadOutput();
+        return compareToReference(reference, out.data(), out.size(), errorBounds(dtype, numerics));
+      };
+      std::string const what = toString(dtype) + " in " + toString(numerics);
+      EXPECT_TRUE(runWith([](BatchRef &, PlanBounds &) {}).pass) << what << " as stored";
+      EXPECT_FALSE(runWith([](BatchRef &r, PlanBounds &) { r.kv_scale *= 2; }).pass) << what << " with the scale doubled";
+      KvDtype const other = dtype == KvDtype::kFp8E4m3 ? KvDtype::kFp8E5m2 : KvDtype::kFp8E4m3;
+      EXPECT_FALSE(runWith([&](BatchRef &r, PlanBounds &b) { r.kv_dtype = b.kv_dtype = other; }).pass)
+          << what << " read as " << toString(other);
+    }
   }
 }
 
