@@ -277,20 +277,28 @@ __device__ __forceinline__ void wgmmaM64N256(float (&d)[128], uint64_t desc_a, u
 // wgmma m64nNk32 on FP8 operands (\p E5M2: e5m2, else e4m3, for A and B alike), both K-major in
 // shared memory (8-bit wgmma has no transposed operand), fp32 accumulators in the layout above.
 // ---------------------------------------------------------------------------------------------
+// One FP8 wgmma per operand type: TYPE is the PTX type of A and B ("e4m3" or "e5m2").
+#define CANOPY_WGMMA_FP8_N32(TYPE)                                                                      \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                            \
+               "wgmma.mma_async.sync.aligned.m64n32k32.f32." TYPE "." TYPE " {" CANOPY_WGMMA_N32_REGS   \
+               "}, %16, %17, p, 1, 1;\n}\n"                                                             \
+               : CANOPY_WGMMA_N32_ACC                                                                   \
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+#define CANOPY_WGMMA_FP8_N256(TYPE)                                                                     \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                           \
+               "wgmma.mma_async.sync.aligned.m64n256k32.f32." TYPE "." TYPE " {" CANOPY_WGMMA_N256_REGS \
+               "}, %128, %129, p, 1, 1;\n}\n"                                                           \
+               : CANOPY_WGMMA_N256_ACC                                                                  \
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+
 /// D[64 x 32] (+)= A (64 x 32, shared, K-major) * B (32 x 32, shared, K-major), FP8 -> fp32.
 template <bool E5M2>
 __device__ __forceinline__ void wgmmaM64N32Fp8(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int accumulate)
 {
   if constexpr (E5M2)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k32.f32.e5m2.e5m2 {" CANOPY_WGMMA_N32_REGS "}, %16, %17, p, 1, 1;\n}\n"
-                 : CANOPY_WGMMA_N32_ACC
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+    CANOPY_WGMMA_FP8_N32("e5m2");
   else
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {" CANOPY_WGMMA_N32_REGS "}, %16, %17, p, 1, 1;\n}\n"
-                 : CANOPY_WGMMA_N32_ACC
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+    CANOPY_WGMMA_FP8_N32("e4m3");
 }
 
 /// D[64 x 256] (+)= A (64 x 32, shared, K-major) * B (32 x 256, shared, K-major), FP8 -> fp32.
@@ -298,16 +306,12 @@ template <bool E5M2>
 __device__ __forceinline__ void wgmmaM64N256Fp8(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate)
 {
   if constexpr (E5M2)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k32.f32.e5m2.e5m2 {" CANOPY_WGMMA_N256_REGS "}, %128, %129, p, 1, 1;\n}\n"
-                 : CANOPY_WGMMA_N256_ACC
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+    CANOPY_WGMMA_FP8_N256("e5m2");
   else
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {" CANOPY_WGMMA_N256_REGS "}, %128, %129, p, 1, 1;\n}\n"
-                 : CANOPY_WGMMA_N256_ACC
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+    CANOPY_WGMMA_FP8_N256("e4m3");
 }
+#undef CANOPY_WGMMA_FP8_N32
+#undef CANOPY_WGMMA_FP8_N256
 #undef CANOPY_WGMMA_N32_REGS
 #undef CANOPY_WGMMA_N32_ACC
 #undef CANOPY_WGMMA_N256_REGS
