@@ -2,7 +2,8 @@
 /// \brief What cuda-sm90's tiles share (canopy_VerifyAttentionSm90.cu: bf16 products on bf16 or
 /// dequantised FP8 stages; canopy_VerifyAttentionSm90Fp8Mma.cu: FP8 products): the 64 x 64 tile's
 /// config, the producer warpgroup's register split, the named barriers and stage mbarriers, the
-/// producer's row gather, and the compute warpgroups' mask and softmax stage. Compiled for sm_90a only.
+/// producer's row gather, the shared-memory window, where a compute thread sits, and the compute
+/// warpgroups' mask + softmax and store stages. Compiled for sm_90a only.
 #pragma once
 
 #include "canopy_Sm90Ptx.cuh"
