@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 namespace canopy::cuda::Impl
@@ -18,6 +19,17 @@ namespace canopy::cuda::Impl
 /// The split combine over every (node, head) row of the bucket: the splits' partials merged through
 /// SoftmaxState into `out`. Enqueue only.
 cudaError_t launchCombine(VerifyParams const &p, cudaStream_t stream);
+
+/// Raises each of \p kernels' dynamic shared-memory limit to \p bytes (the designs' prepare steps:
+/// once, outside capture); stops at the first error and returns it.
+inline cudaError_t allowSharedMemory(std::initializer_list<void const *> kernels, int bytes)
+{
+  for (void const *k : kernels)
+    if (cudaError_t const e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+        e != cudaSuccess)
+      return e;
+  return cudaSuccess;
+}
 
 /// Whether a tile config's kernel reads FP8 pools (Cfg::READS_FP8): the others refuse them at launch.
 template <class Cfg, class = void>

@@ -139,14 +139,13 @@ cudaError_t prepareVerifyKernels()
   static std::once_flag once;
   static cudaError_t status = cudaSuccess;
   std::call_once(once, [] {
-    auto allow = [](void const *kernel, int bytes) {
-      return status == cudaSuccess ? cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)
-                                   : status;
-    };
-    status = allow(reinterpret_cast<void const *>(Impl::sm120Kernel<float>), Impl::Sm120Config::SMEM_BYTES);
-    status = allow(reinterpret_cast<void const *>(Impl::sm120Kernel<__nv_bfloat16>), Impl::Sm120Config::SMEM_BYTES);
-    status = allow(reinterpret_cast<void const *>(Impl::sm120WideKernel<float>), Impl::WideConfig::SMEM_BYTES);
-    status = allow(reinterpret_cast<void const *>(Impl::sm120WideKernel<__nv_bfloat16>), Impl::WideConfig::SMEM_BYTES);
+    status = Impl::allowSharedMemory({reinterpret_cast<void const *>(Impl::sm120Kernel<float>),
+                                      reinterpret_cast<void const *>(Impl::sm120Kernel<__nv_bfloat16>)},
+                                     Impl::Sm120Config::SMEM_BYTES);
+    if (status == cudaSuccess)
+      status = Impl::allowSharedMemory({reinterpret_cast<void const *>(Impl::sm120WideKernel<float>),
+                                        reinterpret_cast<void const *>(Impl::sm120WideKernel<__nv_bfloat16>)},
+                                       Impl::WideConfig::SMEM_BYTES);
     if (status == cudaSuccess)
       status = Impl::prepareFlat();
   });

@@ -557,17 +557,17 @@ cudaError_t prepareSm90Kernel()
   std::call_once(once, [] {
     int const bytes = Impl::Sm90Config::SMEM_BYTES;
     forEachSm90Dtype([&](auto kv) {
-      for (void const *k : {reinterpret_cast<void const *>(Impl::sm90Kernel<float, kv.value>),
-                            reinterpret_cast<void const *>(Impl::sm90Kernel<__nv_bfloat16, kv.value>)})
-        if (status == cudaSuccess)
-          status = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    });
-    for (void const *k : {reinterpret_cast<void const *>(Impl::sm90SyncKernel<float>),
-                          reinterpret_cast<void const *>(Impl::sm90SyncKernel<__nv_bfloat16>),
-                          reinterpret_cast<void const *>(Impl::sm90PairKernel<float>),
-                          reinterpret_cast<void const *>(Impl::sm90PairKernel<__nv_bfloat16>)})
       if (status == cudaSuccess)
-        status = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+        status = Impl::allowSharedMemory({reinterpret_cast<void const *>(Impl::sm90Kernel<float, kv.value>),
+                                          reinterpret_cast<void const *>(Impl::sm90Kernel<__nv_bfloat16, kv.value>)},
+                                         bytes);
+    });
+    if (status == cudaSuccess)
+      status = Impl::allowSharedMemory({reinterpret_cast<void const *>(Impl::sm90SyncKernel<float>),
+                                        reinterpret_cast<void const *>(Impl::sm90SyncKernel<__nv_bfloat16>),
+                                        reinterpret_cast<void const *>(Impl::sm90PairKernel<float>),
+                                        reinterpret_cast<void const *>(Impl::sm90PairKernel<__nv_bfloat16>)},
+                                       bytes);
     if (status == cudaSuccess)
       status = prepareSm90Fp8MmaKernel();
   });

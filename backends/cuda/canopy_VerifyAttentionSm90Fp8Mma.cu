@@ -343,10 +343,10 @@ cudaError_t prepareSm90Fp8MmaKernel()
   static cudaError_t status = cudaSuccess;
   std::call_once(once, [] {
     forEachFp8MmaDtype([&](auto kv) {
-      for (void const *k : {reinterpret_cast<void const *>(Impl::sm90Fp8MmaKernel<float, kv.value>),
-                            reinterpret_cast<void const *>(Impl::sm90Fp8MmaKernel<__nv_bfloat16, kv.value>)})
-        if (status == cudaSuccess)
-          status = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Impl::Sm90Fp8MmaConfig::SMEM_BYTES);
+      if (status == cudaSuccess)
+        status = Impl::allowSharedMemory({reinterpret_cast<void const *>(Impl::sm90Fp8MmaKernel<float, kv.value>),
+                                          reinterpret_cast<void const *>(Impl::sm90Fp8MmaKernel<__nv_bfloat16, kv.value>)},
+                                         Impl::Sm90Fp8MmaConfig::SMEM_BYTES);
     });
   });
   return status;
