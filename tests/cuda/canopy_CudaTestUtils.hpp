@@ -1,5 +1,6 @@
 /// \file canopy_CudaTestUtils.hpp
-/// \brief Shared helpers of the CUDA tests: the skip guard and fp64-reference checks of a design.
+/// \brief Shared helpers of the CUDA tests: the skip guard, whether cuda-sm90 runs here, and
+/// fp64-reference checks of a design.
 #pragma once
 
 #include "canopy_BatchStorage.hpp"
@@ -22,6 +23,16 @@
 
 namespace canopy::test
 {
+/// \brief Whether the current GPU runs cuda-sm90 (an sm_90 device: its cubin is sm_90a only).
+inline bool sm90Here()
+{
+  std::string why;
+  if (!cuda::cudaAvailable(&why))
+    return false;
+  cuda::DeviceInfo const d = cuda::deviceInfo(cuda::currentDevice());
+  return d.cc_major == 9 && d.cc_minor == 0;
+}
+
 /// \brief Asserts that \p out (bf16 bits, every element) matches the fp64 reference: no NaN or
 /// poison left, rel-L2 within tolerance. \p what names the case in the failure message.
 inline void expectMatches(std::vector<double> const &reference, std::vector<uint16_t> const &out,

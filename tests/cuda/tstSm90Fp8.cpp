@@ -24,20 +24,11 @@ namespace canopy::test
 {
 namespace
 {
-bool sm90Device()
-{
-  std::string why;
-  if (!cuda::cudaAvailable(&why))
-    return false;
-  cuda::DeviceInfo const d = cuda::deviceInfo(cuda::currentDevice());
-  return d.cc_major == 9 && d.cc_minor == 0;
-}
-
 #define CANOPY_REQUIRE_SM90()                                                       \
   do                                                                                \
   {                                                                                 \
     CANOPY_REQUIRE_GPU();                                                           \
-    if (!sm90Device())                                                              \
+    if (!sm90Here())                                                                \
       GTEST_SKIP() << "cuda-sm90 runs on sm_90 GPUs only (its cubin is sm_90a)";    \
   } while (0)
 

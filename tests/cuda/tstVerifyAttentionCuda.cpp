@@ -82,17 +82,6 @@ HostProblem makeProblem(GridCase const &c, MaskLayout layout, uint64_t seed)
   return generateProblem(g);
 }
 
-/// Whether the current GPU runs cuda-sm90 (an sm_90 device: its cubin is sm_90a only). Elsewhere
-/// its variants are left out of the grids, and planUnsupportedOffHopper checks the refusal.
-bool sm90Here()
-{
-  std::string why;
-  if (!cuda::cudaAvailable(&why))
-    return false;
-  cuda::DeviceInfo const d = cuda::deviceInfo(cuda::currentDevice());
-  return d.cc_major == 9 && d.cc_minor == 0;
-}
-
 /// The CUDA designs in every variant a check runs: both partial dtypes and NSPLIT 1 (the direct
 /// path) for the split designs, plus the Kokkos designs that run on CUDA memory in this build.
 struct Variant
