@@ -21,7 +21,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from plots import data  # noqa: E402
 
-OPTIONS = ("mask", "nsplit", "workspace", "mode")
+OPTIONS = ("mask", "nsplit", "workspace", "mode", "numerics")
 LONG_PREFIX = 16384
 
 
@@ -43,7 +43,7 @@ def collect(out, rounds, builds):
                     continue
                 row = data.Row(raw)
                 shapes.setdefault(row.shape_key(), row)
-                key = (row.design, row.shape_key(), tuple(raw[k] for k in OPTIONS))
+                key = (row.design, row.shape_key(), tuple(raw.get(k) for k in OPTIONS))
                 medians[key][build].append(row.median * 1e6)
     return medians, shapes, failed
 

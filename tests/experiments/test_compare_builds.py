@@ -14,8 +14,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 COMPARE = os.path.join(ROOT, "experiments", "gpu", "compare_builds.py")
 
 
-def row(design, B, T, P, median_us, status="ok", nsplit=0):
-    return {"design": design, "group": "all", "trace": "", "batch": B, "heads": 8, "tree": T, "prefix": P,
+def row(design, B, T, P, median_us, status="ok", nsplit=0, **extra):
+    return {**extra, "design": design, "group": "all", "trace": "", "batch": B, "heads": 8, "tree": T, "prefix": P,
             "ragged": False, "compacted": False, "values": "random", "recorded_values": False, "mask": "tree",
             "nsplit": nsplit, "workspace": "persistent", "mode": "graph", "status": status, "samples": 30,
             "median_s": median_us * 1e-6}
@@ -73,6 +73,15 @@ class CompareBuilds(unittest.TestCase):
         self.assertIn("| cuda-sm90 | B=1 H=8 T=17 P=16K nsplit=0 | 30.0 | -10.0% |", lines)
         self.assertIn("| cuda-sm90 | B=1 H=8 T=17 P=16K nsplit=8 | 60.0 | -5.0% |", lines)
         # Options the run does not sweep stay out of the label (the tests above: nsplit is 0 throughout).
+
+    def test_numerics_on_one_pool_are_rows_of_their_own(self):
+        fp8 = {"kv_dtype": "fp8-e4m3", "kv_scale": 1.0}
+        runs = {(b, 1): [row("cuda-sm90", 8, 256, 16384, base * f, numerics="dequant", **fp8),
+                         row("cuda-sm90", 8, 256, 16384, base * f / 2, numerics="fp8-mma", **fp8)]
+                for b, f in (("base", 1.0), ("v1", 0.9)) for base in (100.0,)}
+        lines = self.run_compare(runs, 1, ["base", "v1"]).splitlines()
+        self.assertIn("| cuda-sm90 | B=8 H=8 T=256 P=16K fp8-e4m3 numerics=dequant | 100.0 | -10.0% |", lines)
+        self.assertIn("| cuda-sm90 | B=8 H=8 T=256 P=16K fp8-e4m3 numerics=fp8-mma | 50.0 | -10.0% |", lines)
 
     def test_missing_run_counts_and_variant_without_rows(self):
         runs = {("base", 1): [row("cuda-sm120", 1, 17, 65536, 100.0)]}
