@@ -7,8 +7,10 @@
 #include "canopy_Fp8.hpp"
 #include "canopy_Types.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace canopy
 {
@@ -84,5 +86,16 @@ inline std::string numericsUndefinedFor(KvDtype dtype, Numerics numerics)
   if (numerics == Numerics::kFp8Mma && dtype != KvDtype::kFp8E4m3 && dtype != KvDtype::kFp8E5m2)
     return "numerics fp8-mma needs kv dtype fp8-e4m3 or fp8-e5m2, not " + toString(dtype);
   return "";
+}
+
+/// \brief A run's rule for \p numerics over its inputs' \p dtypes: the index of the first dtype it
+/// has no meaning for when it has none for any of them (a mistake, refused before any work), else
+/// dtypes.size() (defined for all, or for some: the other inputs' rows are skipped, saying why).
+inline size_t numericsUndefinedForAll(std::vector<KvDtype> const &dtypes, Numerics numerics)
+{
+  for (KvDtype const d : dtypes)
+    if (numericsUndefinedFor(d, numerics).empty())
+      return dtypes.size();
+  return 0;
 }
 } // namespace canopy

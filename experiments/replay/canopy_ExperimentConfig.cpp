@@ -270,19 +270,13 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
     // by side; a numerics with no meaning for any input is a mistake, refused before any work. A
     // trace replayed as stored has its dtype in the file: makeSources checks once it is opened.
     bool const stored_traces = !c.traces.empty() && c.kv_dtypes.empty();
+    std::vector<KvDtype> dtypes;
+    for (DtypeInUse const &u : in_use)
+      dtypes.push_back(u.dtype);
     for (size_t i = 0; i < c.numerics.size() && !stored_traces; ++i)
-    {
-      DtypeInUse const *undefined = nullptr;
-      bool defined = false;
-      for (DtypeInUse const &u : in_use)
-        if (numericsUndefinedFor(u.dtype, c.numerics[i]).empty())
-          defined = true;
-        else if (!undefined)
-          undefined = &u;
-      if (undefined && !defined)
-        throw InputError("options.numerics[" + std::to_string(i) + "]: " +
-                         numericsUndefinedFor(undefined->dtype, c.numerics[i]) + " (" + undefined->key + ")");
-    }
+      if (size_t const k = numericsUndefinedForAll(dtypes, c.numerics[i]); k < dtypes.size())
+        throw InputError("options.numerics[" + std::to_string(i) + "]: " + numericsUndefinedFor(dtypes[k], c.numerics[i]) +
+                         " (" + in_use[k].key + ")");
   }
 
   {

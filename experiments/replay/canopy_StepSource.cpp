@@ -348,20 +348,13 @@ std::vector<std::unique_ptr<StepSource>> makeSources(ExperimentConfig const &c)
             }
   // The config's check of numerics against dtypes, with the traces' dtypes known: a numerics
   // with no meaning for any input is refused (for some inputs only: their rows say skipped).
+  std::vector<KvDtype> dtypes;
+  for (auto const &src : out)
+    dtypes.push_back(src->axes().kv_dtype);
   for (size_t i = 0; i < c.numerics.size(); ++i)
-  {
-    size_t undefined = out.size();
-    bool defined = false;
-    for (size_t k = 0; k < out.size(); ++k)
-      if (numericsUndefinedFor(out[k]->axes().kv_dtype, c.numerics[i]).empty())
-        defined = true;
-      else if (undefined == out.size())
-        undefined = k;
-    if (undefined < out.size() && !defined)
-      throw InputError("options.numerics[" + std::to_string(i) + "]: " +
-                       numericsUndefinedFor(out[undefined]->axes().kv_dtype, c.numerics[i]) + " (" + whence[undefined] +
-                       ")");
-  }
+    if (size_t const k = numericsUndefinedForAll(dtypes, c.numerics[i]); k < dtypes.size())
+      throw InputError("options.numerics[" + std::to_string(i) + "]: " + numericsUndefinedFor(dtypes[k], c.numerics[i]) +
+                       " (" + whence[k] + ")");
   return out;
 }
 } // namespace canopy
