@@ -61,9 +61,14 @@ def kernels(data, kernel=None):
     return out
 
 
-def hgmma_gaps(classes):
+def wgmma_at(classes):
+    """Indices of one kernel's wgmma instructions (either operand kind)."""
+    return [i for i, c in enumerate(classes) if c in WGMMA]
+
+
+def wgmma_gaps(classes):
     """Instructions between consecutive wgmma of one kernel (the issue cost around each wgmma)."""
-    at = [i for i, c in enumerate(classes) if c in WGMMA]
+    at = wgmma_at(classes)
     return [b - a - 1 for a, b in zip(at, at[1:])]
 
 
@@ -92,7 +97,7 @@ def main():
     print("| kernel | instructions | " + " | ".join(CLASSES) + " |")
     print("|---|" + "---:|" * (len(CLASSES) + 1))
     for k, classes in rows:
-        at = [i for i, c in enumerate(classes) if c in WGMMA]
+        at = wgmma_at(classes)
         if a.span and at:
             classes = classes[at[0]:at[-1] + 1]
         print(f"| {k} | {len(classes)} | " + " | ".join(str(classes.count(x)) for x in CLASSES) + " |")
@@ -101,10 +106,10 @@ def main():
         print("| kernel | instructions between consecutive wgmma (run-length: gap x count) |")
         print("|---|---|")
         for k, classes in rows:
-            if not any(c in WGMMA for c in classes):
+            if not wgmma_at(classes):
                 continue
             runs = []
-            for g in hgmma_gaps(classes):
+            for g in wgmma_gaps(classes):
                 if runs and runs[-1][0] == g:
                     runs[-1][1] += 1
                 else:
