@@ -69,6 +69,21 @@ CANOPY_HOST_DEVICE_INLINE constexpr int storeRow(int c, int lane, int s) { retur
 /// The V^T column word of \p lane's stores for piece \p i.
 CANOPY_HOST_DEVICE_INLINE constexpr int storeWord(int i, int lane) { return 8 * (i & 1) + (lane >> 2); }
 
+// transposeValues' addresses with the per-lane work hoisted out of the piece loop (the maps above
+// define them; tstSm90Layout checks these against them for every warp, piece, lane and store).
+// Piece i's ldmatrix address of a lane is loadPiece(loadBase(warp, lane), i): the piece moves the
+// key half by 4 KB and XORs the chunk bits with i / 2 (the base's low 7 bits are the lane's chunk
+// swizzle, below a 1024-byte-aligned stage, so XOR and add commute with the stage's address). Its
+// store s is storePiece(storeBase(warp, lane, s), i): the piece moves 16 V^T rows (1 KB) per chunk
+// and XORs the 16-byte chunk bit of the key half.
+CANOPY_HOST_DEVICE_INLINE constexpr uint32_t loadBase(int warp, int lane) { return opOffset(lane, 8 * warp); }
+CANOPY_HOST_DEVICE_INLINE constexpr uint32_t loadPiece(uint32_t base, int i) { return (base ^ ((i >> 1) << 4)) + 4096 * (i & 1); }
+CANOPY_HOST_DEVICE_INLINE constexpr uint32_t storeBase(int warp, int lane, int s)
+{
+  return wordOffset(storeRow(8 * warp, lane, s), storeWord(0, lane));
+}
+CANOPY_HOST_DEVICE_INLINE constexpr uint32_t storePiece(uint32_t base, int i) { return (base ^ (32 * (i & 1))) + 1024 * (i >> 1); }
+
 /// The compute warps' P store: in the m64n32 accumulator layout, lane l of warpgroup \p wg holds
 /// the scores of keys 32 wg + 8 n + 2 (l % 4) + e (n < 4, e < 2) of rows g and g + 8; for one row
 /// and one e its four n are column word pWord(wg, l, e).
@@ -88,15 +103,27 @@ CANOPY_HOST_DEVICE_INLINE uint32_t bytePerm(uint32_t x, uint32_t y, uint32_t s)
 #endif
 }
 
-/// Byte k of word \p r[m] to byte m of word \p w[k]: a 4 x 4 byte transpose in 8 byte permutes.
-CANOPY_HOST_DEVICE_INLINE void transpose4x4(uint32_t const (&r)[4], uint32_t (&w)[4])
+/// The last permutes' selectors of \p lane's transpose: words 0/1 (and 2/3) swapped where the lane
+/// stores in the order s ^ 1 (storedWord), so that store s takes word s without a select.
+struct TransposeSelectors
+{
+  uint32_t even, odd;
+};
+CANOPY_HOST_DEVICE_INLINE constexpr TransposeSelectors transposeSelectors(int lane)
+{
+  return storedWord(lane, 0) ? TransposeSelectors{0x7632, 0x5410} : TransposeSelectors{0x5410, 0x7632};
+}
+/// Byte k of word \p r[m] to byte m of word \p w[k ^ f] (f = 1 for selectors of a lane that
+/// stores in the order s ^ 1, else 0): a 4 x 4 byte transpose in 8 byte permutes.
+CANOPY_HOST_DEVICE_INLINE void transpose4x4(uint32_t const (&r)[4], uint32_t (&w)[4],
+                                            TransposeSelectors const sel = {0x5410, 0x7632})
 {
   uint32_t const a = bytePerm(r[0], r[1], 0x5140), b = bytePerm(r[0], r[1], 0x7362);
   uint32_t const c = bytePerm(r[2], r[3], 0x5140), d = bytePerm(r[2], r[3], 0x7362);
-  w[0] = bytePerm(a, c, 0x5410);
-  w[1] = bytePerm(a, c, 0x7632);
-  w[2] = bytePerm(b, d, 0x5410);
-  w[3] = bytePerm(b, d, 0x7632);
+  w[0] = bytePerm(a, c, sel.even);
+  w[1] = bytePerm(a, c, sel.odd);
+  w[2] = bytePerm(b, d, sel.even);
+  w[3] = bytePerm(b, d, sel.odd);
 }
 } // namespace fp8mma
 } // namespace canopy::cuda::Impl

@@ -23,7 +23,9 @@
 /// softmax and its exchanges (~1,800 of cuda-sm90's ~5,100 cycles a tile on the H200) are the same,
 /// so the model's tile is ~1.45x faster where the tiles bind, and the gather from L2 halves (576
 /// bytes a key instead of 1,152) where the copies do. Registers: the producer takes 88 (its
-/// transpose unrolled by 2; by 4 it spilled), the compute warpgroups 208.
+/// transpose fully unrolled on 11 per-lane address registers, no spills), the compute warpgroups
+/// 208. The transpose is ~14 instructions a piece (ldmatrix, 8 permutes, 4 stores, one XOR), 16
+/// pieces a tile per producer warp, issued beside two compute warps on each scheduler.
 #include "canopy_Fp8Convert.cuh"
 #include "canopy_Sm90Tile.cuh"
 #include "canopy_VerifyAttentionLaunch.cuh"
@@ -109,25 +111,40 @@ __device__ __forceinline__ void issueFp8Rows(ProducerCopies const &rows, int j, 
   cpAsyncCommit();
 }
 
+/// A producer lane's addresses for transposeValues, relative to a stage (canopy_Sm90Layout.hpp,
+/// fp8mma): the ldmatrix row base, the 4 store bases of each key half, the permute selectors.
+struct TransposeLane
+{
+  uint32_t load;
+  uint32_t store[2][4];
+  fp8mma::TransposeSelectors sel;
+  __device__ __forceinline__ TransposeLane(int warp, int lane)
+      : load(fp8mma::loadBase(warp, lane)), sel(fp8mma::transposeSelectors(lane))
+  {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int s = 0; s < 4; ++s)
+        store[h][s] = fp8mma::storePiece(Sm90Fp8MmaConfig::OP_BYTES + fp8mma::storeBase(warp, lane, s), h);
+  }
+};
+
 /// Producer warp \p warp's share of V^T for the landed K rows of \p stage: latent chunks 8 warp ..
 /// 8 warp + 7 of both key halves, 16 ldmatrix pieces (the maps: canopy_Sm90Layout.hpp, fp8mma).
-/// Unrolled by 2: by 4, the loads in flight spilled at the producer's 88 registers.
-__device__ __forceinline__ void transposeValues(uint32_t stage, int warp, int lane)
+/// Every address is a per-lane base plus a constant of the piece (loadPiece, storePiece), so a
+/// piece costs its ldmatrix, 8 permutes, 4 stores and one XOR.
+__device__ __forceinline__ void transposeValues(uint32_t stage, TransposeLane const &me)
 {
-  using Cfg = Sm90Fp8MmaConfig;
-  uint32_t const vt = stage + Cfg::OP_BYTES;
-  bool const flip = fp8mma::storedWord(lane, 0) != 0;
-#pragma unroll 2
+  uint32_t const ld = stage + me.load;
+#pragma unroll
   for (int i = 0; i < 2 * 8; ++i)
   {
-    int const c = fp8mma::pieceChunk(warp, i);
     uint32_t r[4], w[4];
-    ldmatrixX4(r, stage + fp8mma::opOffset(fp8mma::pieceKey(i, lane), c));
-    fp8mma::transpose4x4(r, w);
-    int const word = fp8mma::storeWord(i, lane);
+    ldmatrixX4(r, fp8mma::loadPiece(ld, i));
+    fp8mma::transpose4x4(r, w, me.sel);
 #pragma unroll
-    for (int s = 0; s < 4; ++s)  // word storedWord(lane, s): a select, not a dynamic register index
-      stShared4(vt + fp8mma::wordOffset(fp8mma::storeRow(c, lane, s), word), flip ? w[s ^ 1] : w[s]);
+    for (int s = 0; s < 4; ++s)
+      stShared4(stage + me.store[i & 1][s] + 1024 * (i >> 1), w[s]);
   }
 }
 
@@ -141,7 +158,7 @@ __device__ __forceinline__ void produceFp8MmaTiles(VerifyParams const &p, TileIn
 {
   using Cfg = Sm90Fp8MmaConfig;
   ProducerCopies const rows{p, info->P, info->s0, info->s1, info->kv0, info->qo0};
-  int const warp = (static_cast<int>(threadIdx.x) - Cfg::THREADS) >> 5;
+  TransposeLane const lane_addr((static_cast<int>(threadIdx.x) - Cfg::THREADS) >> 5, rows.lane);
   uint32_t slot_l = rows.slotOf(1);
   for (int j = 0; j < ntiles; ++j)
   {
@@ -161,7 +178,7 @@ __device__ __forceinline__ void produceFp8MmaTiles(VerifyParams const &p, TileIn
       slot_l = rows.slotOf(j + 2);
     }
     sm90::mbarrierWait(bars.keys(s), (j >> 1) & 1);  // every producer thread's rows of tile j
-    transposeValues(stage, warp, rows.lane);
+    transposeValues(stage, lane_addr);
     sm90::fenceProxyAsync();
     sm90::mbarrierArrive(bars.values(s));
   }

@@ -64,6 +64,35 @@ TEST(Sm90Layout, keyColumnIsAPermutationOfEachHalf)
   EXPECT_EQ(seen.size(), 64u);
 }
 
+/// transposeValues' hoisted addresses and selectors are the maps that define the transpose: piece
+/// i of lane l reads key pieceKey(i, l), chunk pieceChunk(warp, i), and its store s writes word
+/// storedWord(l, s) of the transpose to V^T row storeRow(c, l, s), column word storeWord(i, l).
+TEST(Sm90Layout, hoistedTransposeAddressesAreTheMaps)
+{
+  std::mt19937 rng(5);
+  for (int warp = 0; warp < 4; ++warp)
+    for (int i = 0; i < 16; ++i)
+      for (int l = 0; l < 32; ++l)
+      {
+        int const c = fp8mma::pieceChunk(warp, i);
+        ASSERT_EQ(fp8mma::loadPiece(fp8mma::loadBase(warp, l), i),
+                  static_cast<uint32_t>(fp8mma::opOffset(fp8mma::pieceKey(i, l), c)))
+            << "warp " << warp << " piece " << i << " lane " << l;
+        uint32_t r[4], plain[4], w[4];
+        for (uint32_t &x : r)
+          x = static_cast<uint32_t>(rng());
+        fp8mma::transpose4x4(r, plain);
+        fp8mma::transpose4x4(r, w, fp8mma::transposeSelectors(l));
+        for (int s = 0; s < 4; ++s)
+        {
+          ASSERT_EQ(fp8mma::storePiece(fp8mma::storeBase(warp, l, s), i),
+                    static_cast<uint32_t>(fp8mma::wordOffset(fp8mma::storeRow(c, l, s), fp8mma::storeWord(i, l))))
+              << "warp " << warp << " piece " << i << " lane " << l << " store " << s;
+          ASSERT_EQ(w[s], plain[fp8mma::storedWord(l, s)]) << "lane " << l << " store " << s;
+        }
+      }
+}
+
 /// The producer's transposeValues, emulated lane by lane from a K stage filled as issueFp8Rows does:
 /// V^T row d, column keyColumn(key) must be V[key][d] as wgmma's B read (K-major, 64-byte swizzle)
 /// sees it, every byte written once; every ldmatrix matrix and every store conflict-free.
@@ -87,10 +116,9 @@ TEST(Sm90Layout, producerTransposeGivesVTransposedInKeyColumnOrder)
   for (int warp = 0; warp < 4; ++warp)
     for (int i = 0; i < 16; ++i)
     {
-      int const c = fp8mma::pieceChunk(warp, i);
       int addr[32];
       for (int l = 0; l < 32; ++l)
-        addr[l] = fp8mma::opOffset(fp8mma::pieceKey(i, l), c);
+        addr[l] = static_cast<int>(fp8mma::loadPiece(fp8mma::loadBase(warp, l), i));
       for (int m = 0; m < 4; ++m)  // one matrix: 8 rows of 16 bytes, lanes 8 m .. 8 m + 7
       {
         std::set<int> quads;
@@ -104,13 +132,11 @@ TEST(Sm90Layout, producerTransposeGivesVTransposedInKeyColumnOrder)
         uint32_t r[4], w[4];
         for (int m = 0; m < 4; ++m)  // fragment: row l / 4 of matrix m, bytes 4 (l % 4) .. + 3
           r[m] = load32(addr[8 * m + l / 4] + 4 * (l % 4));
-        fp8mma::transpose4x4(r, w);
-        bool const flip = fp8mma::storedWord(l, 0) != 0;
+        fp8mma::transpose4x4(r, w, fp8mma::transposeSelectors(l));
         for (int s = 0; s < 4; ++s)
         {
-          int const a = fp8mma::wordOffset(fp8mma::storeRow(c, l, s), fp8mma::storeWord(i, l));
-          uint32_t const v = flip ? w[s ^ 1] : w[s];
-          std::memcpy(&vt[static_cast<size_t>(a)], &v, 4);
+          int const a = static_cast<int>(fp8mma::storePiece(fp8mma::storeBase(warp, l, s), i));
+          std::memcpy(&vt[static_cast<size_t>(a)], &w[s], 4);
           ++writes[static_cast<size_t>(a / 4)];
           store_addr[s][l] = a;
         }
