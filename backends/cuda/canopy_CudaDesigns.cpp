@@ -63,7 +63,8 @@ public:
   {
   }
 
-  std::string name() const override { return _kernel.name; }
+  /// The registry's name: a kernel with bf16 split partials is its own design (cuda-sm120-bf16p).
+  std::string name() const override { return _bf16 ? std::string(_kernel.name) + "-bf16p" : _kernel.name; }
   MemoryKind memory() const override { return MemoryKind::kCudaDevice; }
   std::string whyNotServed(KvDtype kv_dtype, Numerics numerics) const override
   {

@@ -412,10 +412,10 @@ TEST(CudaDesigns, pathSaysWhichKernelRan)
   opt.nsplit = 16;
   auto sm120 = cuda::makeSm120Design(true);
   checkDesign(*sm120, problem, opt, reference);
-  EXPECT_EQ(sm120->path(), "cuda-sm120/mma-split16-bf16/parents");
+  EXPECT_EQ(sm120->path(), "cuda-sm120-bf16p/mma-split16-bf16/parents");
   opt.nsplit = 1;
   checkDesign(*sm120, problem, opt, reference);
-  EXPECT_EQ(sm120->path(), "cuda-sm120/mma-direct/parents");
+  EXPECT_EQ(sm120->path(), "cuda-sm120-bf16p/mma-direct/parents");
   auto flat = cuda::makeFlatDesign();
   checkDesign(*flat, problem, opt, reference);
   EXPECT_EQ(flat->path(), "cuda-flat/mma-flat/parents");
