@@ -75,14 +75,16 @@ CANOPY_HOST_DEVICE_INLINE constexpr int storeWord(int i, int lane) { return 8 * 
 // key half by 4 KB and XORs the chunk bits with i / 2 (the base's low 7 bits are the lane's chunk
 // swizzle, below a 1024-byte-aligned stage, so XOR and add commute with the stage's address). Its
 // store s is storePiece(storeBase(warp, lane, s), i): the piece moves 16 V^T rows (1 KB) per chunk
-// and XORs the 16-byte chunk bit of the key half.
+// (storePieceRows) and XORs the 16-byte chunk bit of the key half (i % 2), so the producer keeps
+// storePiece(base, i % 2) per lane and adds storePieceRows(i), a constant of the unrolled piece.
 CANOPY_HOST_DEVICE_INLINE constexpr uint32_t loadBase(int warp, int lane) { return opOffset(lane, 8 * warp); }
 CANOPY_HOST_DEVICE_INLINE constexpr uint32_t loadPiece(uint32_t base, int i) { return (base ^ ((i >> 1) << 4)) + 4096 * (i & 1); }
 CANOPY_HOST_DEVICE_INLINE constexpr uint32_t storeBase(int warp, int lane, int s)
 {
   return wordOffset(storeRow(8 * warp, lane, s), storeWord(0, lane));
 }
-CANOPY_HOST_DEVICE_INLINE constexpr uint32_t storePiece(uint32_t base, int i) { return (base ^ (32 * (i & 1))) + 1024 * (i >> 1); }
+CANOPY_HOST_DEVICE_INLINE constexpr uint32_t storePieceRows(int i) { return 1024 * (i >> 1); }
+CANOPY_HOST_DEVICE_INLINE constexpr uint32_t storePiece(uint32_t base, int i) { return (base ^ (32 * (i & 1))) + storePieceRows(i); }
 
 /// The compute warps' P store: in the m64n32 accumulator layout, lane l of warpgroup \p wg holds
 /// the scores of keys 32 wg + 8 n + 2 (l % 4) + e (n < 4, e < 2) of rows g and g + 8; for one row

@@ -150,7 +150,7 @@ __device__ __forceinline__ void transposeValues(uint32_t stage, TransposeLane co
     fp8mma::transpose4x4(r, w, me.sel);
 #pragma unroll
     for (int s = 0; s < 4; ++s)
-      stShared4(stage + me.store[i & 1][s] + 1024 * (i >> 1), w[s]);
+      stShared4(stage + me.store[i & 1][s] + fp8mma::storePieceRows(i), w[s]);
   }
 }
 

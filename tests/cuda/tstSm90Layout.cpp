@@ -85,9 +85,14 @@ TEST(Sm90Layout, hoistedTransposeAddressesAreTheMaps)
         fp8mma::transpose4x4(r, w, fp8mma::transposeSelectors(l));
         for (int s = 0; s < 4; ++s)
         {
-          ASSERT_EQ(fp8mma::storePiece(fp8mma::storeBase(warp, l, s), i),
+          uint32_t const base = fp8mma::storeBase(warp, l, s);
+          ASSERT_EQ(fp8mma::storePiece(base, i),
                     static_cast<uint32_t>(fp8mma::wordOffset(fp8mma::storeRow(c, l, s), fp8mma::storeWord(i, l))))
               << "warp " << warp << " piece " << i << " lane " << l << " store " << s;
+          // The producer's split of it, on a V^T that starts at a 1024-byte-aligned offset.
+          for (uint32_t at : {0u, 40960u, 147456u})
+            ASSERT_EQ(fp8mma::storePiece(at + base, i & 1) + fp8mma::storePieceRows(i), at + fp8mma::storePiece(base, i))
+                << "warp " << warp << " piece " << i << " lane " << l << " store " << s << " at " << at;
           ASSERT_EQ(w[s], plain[fp8mma::storedWord(l, s)]) << "lane " << l << " store " << s;
         }
       }
