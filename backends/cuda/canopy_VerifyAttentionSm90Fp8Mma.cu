@@ -29,7 +29,8 @@
 /// Measured (H100, B = 8, T = 256, P = 16K; docs/results/fp8-mma.md): ~3,890 cycles a tile, ~3,150
 /// with the transpose left out (the model's ~3,100), against bf16's ~4,470. The schedule keeps the
 /// gather's issue first: transposing before it (the stage's copy latency then waits behind the
-/// transpose) was 16-24% slower, and FA3's overlap of the softmax with P.V, with two stages, 17-25%.
+/// transpose) was 16-24% slower at T >= 256, and FA3's overlap of the softmax with P.V, with two
+/// stages, 19-23%.
 #include "canopy_Fp8Convert.cuh"
 #include "canopy_Sm90Tile.cuh"
 #include "canopy_VerifyAttentionLaunch.cuh"
