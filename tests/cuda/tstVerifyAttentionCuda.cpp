@@ -553,6 +553,15 @@ TEST(CudaDesigns, registeredByName)
   EXPECT_EQ(makeDesign("cuda-sm120-w32")->name(), "cuda-sm120-w32");
   auto const all = designNames(true);
   EXPECT_NE(std::find(all.begin(), all.end(), "cuda-sm120-w32"), all.end());
+  // Every CUDA design names itself as registered (its refusals and paths start with that name).
+  int cuda_designs = 0;
+  for (auto const &n : all)
+    if (n.rfind("cuda-", 0) == 0)
+    {
+      EXPECT_EQ(makeDesign(n)->name(), n);
+      ++cuda_designs;
+    }
+  EXPECT_GE(cuda_designs, 6);
 }
 
 // ---- CUDA graphs -------------------------------------------------------------------------------
