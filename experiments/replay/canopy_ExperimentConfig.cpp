@@ -80,6 +80,15 @@ std::string hexOf(uint64_t h)
 }
 } // namespace
 
+void refuseNumericsUndefinedForAll(std::vector<Numerics> const &numerics, std::vector<KvDtype> const &dtypes,
+                                   std::vector<std::string> const &where)
+{
+  for (size_t i = 0; i < numerics.size(); ++i)
+    if (size_t const k = numericsUndefinedForAll(dtypes, numerics[i]); k < dtypes.size())
+      throw InputError("options.numerics[" + std::to_string(i) + "]: " + numericsUndefinedFor(dtypes[k], numerics[i]) +
+                       " (" + where[k] + ")");
+}
+
 std::string contentHash(std::string const &bytes) { return hexOf(fnv1a(FNV_OFFSET, bytes.data(), bytes.size())); }
 
 std::string fileContentHash(std::string const &path)
@@ -271,12 +280,14 @@ ExperimentConfig parseExperimentConfig(std::string const &text, std::string cons
     // trace replayed as stored has its dtype in the file: makeSources checks once it is opened.
     bool const stored_traces = !c.traces.empty() && c.kv_dtypes.empty();
     std::vector<KvDtype> dtypes;
+    std::vector<std::string> keys;
     for (DtypeInUse const &u : in_use)
+    {
       dtypes.push_back(u.dtype);
-    for (size_t i = 0; i < c.numerics.size() && !stored_traces; ++i)
-      if (size_t const k = numericsUndefinedForAll(dtypes, c.numerics[i]); k < dtypes.size())
-        throw InputError("options.numerics[" + std::to_string(i) + "]: " + numericsUndefinedFor(dtypes[k], c.numerics[i]) +
-                         " (" + in_use[k].key + ")");
+      keys.push_back(u.key);
+    }
+    if (!stored_traces)
+      refuseNumericsUndefinedForAll(c.numerics, dtypes, keys);
   }
 
   {

@@ -97,6 +97,14 @@ ExperimentConfig parseExperimentConfig(std::string const &toml_text, std::string
                                        std::string const &base_dir = ".");
 ExperimentConfig loadExperimentConfig(std::string const &path);
 
+/// \brief A run's numerics against its inputs' dtypes: a numerics with no meaning for any input
+/// (numericsUndefinedForAll) throws InputError naming options.numerics[i], why, and how the first
+/// input's dtype was chosen (\p where[k] for input k); one with a meaning for some inputs passes
+/// (the others' rows say skipped). The config's parse calls it, and makeSources once traces' stored
+/// dtypes are known.
+void refuseNumericsUndefinedForAll(std::vector<Numerics> const &numerics, std::vector<KvDtype> const &dtypes,
+                                   std::vector<std::string> const &where);
+
 /// \brief A stable 64-bit content hash (FNV-1a, hex) of \p bytes: configs and traces are compared
 /// by contents, not by path (a trace regenerated at the same path is another input).
 std::string contentHash(std::string const &bytes);

@@ -351,10 +351,7 @@ std::vector<std::unique_ptr<StepSource>> makeSources(ExperimentConfig const &c)
   std::vector<KvDtype> dtypes;
   for (auto const &src : out)
     dtypes.push_back(src->axes().kv_dtype);
-  for (size_t i = 0; i < c.numerics.size(); ++i)
-    if (size_t const k = numericsUndefinedForAll(dtypes, c.numerics[i]); k < dtypes.size())
-      throw InputError("options.numerics[" + std::to_string(i) + "]: " + numericsUndefinedFor(dtypes[k], c.numerics[i]) +
-                       " (" + whence[k] + ")");
+  refuseNumericsUndefinedForAll(c.numerics, dtypes, whence);
   return out;
 }
 } // namespace canopy
