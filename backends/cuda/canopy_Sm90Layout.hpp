@@ -45,9 +45,19 @@ constexpr int KEYS = 64;        ///< keys of a tile (N_TILE)
 constexpr int VALUE_BYTES = 512;  ///< V: the first 512 bytes of a row
 constexpr int OP_BLOCK_BYTES = 64 * sm90::SWIZZLE_ROW_BYTES;  ///< 64 rows of one 128-byte-swizzled block
 
+constexpr int LATENT_BLOCKS = VALUE_BYTES / 128;  ///< 128-column blocks of the latent part (4)
+constexpr int ROPE_BLOCK_BYTES = 64 * sm90::SWIZZLE64_ROW_BYTES;  ///< the rope's 64 bytes of 64 rows (4 KB)
+constexpr int OP_BYTES = LATENT_BLOCKS * OP_BLOCK_BYTES + ROPE_BLOCK_BYTES;  ///< Q or a K stage (36 KB)
+
 /// Byte offset of row \p r, 16-byte chunk \p ch (0..35) of a 576-byte FP8 row in Q or a K stage:
-/// blocks of 128 columns, the rope's 64 bytes in the fifth.
-CANOPY_HOST_DEVICE_INLINE constexpr int opOffset(int r, int ch) { return (ch >> 3) * OP_BLOCK_BYTES + sm90::swizzled(r, ch & 7); }
+/// the latent part in 128-byte-swizzled blocks of 128 columns, the rope's 64 bytes in a
+/// 64-byte-swizzled block after them (a fifth 128-byte block would be half empty: 4 KB more a
+/// stage, and three K stages only fit in 36 KB each).
+CANOPY_HOST_DEVICE_INLINE constexpr int opOffset(int r, int ch)
+{
+  return ch < 8 * LATENT_BLOCKS ? (ch >> 3) * OP_BLOCK_BYTES + sm90::swizzled(r, ch & 7)
+                                : LATENT_BLOCKS * OP_BLOCK_BYTES + sm90::swizzled64(r, ch - 8 * LATENT_BLOCKS);
+}
 /// The column of P and V^T that key \p k (0..63) of a tile goes to.
 CANOPY_HOST_DEVICE_INLINE constexpr int keyColumn(int k) { return 32 * (k >> 5) + 4 * (k & 7) + ((k >> 3) & 3); }
 /// Byte offset of column word \p w (columns 4 w .. 4 w + 3) of row \p r of P or V^T.

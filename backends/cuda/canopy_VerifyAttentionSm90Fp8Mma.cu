@@ -5,11 +5,13 @@
 /// warpgroups splitting the keys for the scores and the output columns for P.V, a producer
 /// warpgroup, the same mask, softmax and store stages: canopy_Sm90Tile.cuh); what changes is what
 /// shared memory holds, because 8-bit wgmma reads both operands K-major only:
-/// - Q (cast once per CTA from the bf16 rows beginTile stages) and each K stage keep 576-byte FP8
-///   rows in 128-byte-swizzled blocks of 128 columns (the rope's 64 bytes in a fifth, half-used block);
-/// - V, the first 512 columns of the stage's rows, is needed as V^T (512 rows of 64 keys, 64-byte
-///   swizzle): the producer writes it from the landed K stage with ldmatrix, a 4 x 4 byte transpose
-///   in registers and 32-bit stores, while the compute warps run the tile's score wgmma;
+/// - Q (cast once per CTA from the bf16 rows beginTile stages) and each of three K stages keep
+///   576-byte FP8 rows: the latent part in 128-byte-swizzled blocks of 128 columns, the rope's 64
+///   bytes in a 64-byte-swizzled block (36 KB an operand);
+/// - V, the first 512 columns of a tile's rows, is needed as V^T (512 rows of 64 keys, 64-byte
+///   swizzle) in one of two buffers of its own: the producer writes it from the landed K stage with
+///   ldmatrix, a 4 x 4 byte transpose in registers and 32-bit stores, as soon as the rows have
+///   landed and the buffer's previous P.V is done; the gather runs two tiles ahead;
 /// - P (64 x 64 FP8, 64-byte swizzle) is A of P.V.
 /// P's and V^T's columns hold the keys in an order that makes both stores whole words and free of
 /// bank conflicts; the maps are canopy_Sm90Layout.hpp's (fp8mma), checked on the host by
@@ -26,11 +28,13 @@
 /// transpose fully unrolled on 11 per-lane address registers, no spills), the compute warpgroups
 /// 208. The transpose is ~14 instructions a piece (ldmatrix, 8 permutes, 4 stores, one XOR), 16
 /// pieces a tile per producer warp, issued beside two compute warps on each scheduler.
-/// Measured (H100, B = 8, T = 256, P = 16K; docs/results/fp8-mma.md): ~3,890 cycles a tile, ~3,150
-/// with the transpose left out (the model's ~3,100), against bf16's ~4,470. The schedule keeps the
-/// gather's issue first: transposing before it (the stage's copy latency then waits behind the
-/// transpose) was 16-24% slower at T >= 256, and FA3's overlap of the softmax with P.V, with two
-/// stages, 19-23%.
+/// Measured (H100, B = 8, T = 256, P = 16K; docs/results/fp8-mma.md): with two stages of K + V^T
+/// a tile took ~3,890 cycles, ~3,150 with the transpose left out (the model's ~3,100), against
+/// bf16's ~4,470; the transpose and the next gather's issue waited on each other. Three K stages
+/// and V^T buffers of their own (Q 36 + 3 x 36 + 2 x 32 + P 4 KB) were 2-10% faster than two at 11
+/// of 12 budget-study shapes (2% slower at B = 1, T = 16, P = 16K: four tiles a CTA, where the
+/// deeper prologue does not pay): ~3,540 cycles a tile, 1.21-1.34x the bf16 step at T >= 256 and
+/// P >= 16K, same run.
 #include "canopy_Fp8Convert.cuh"
 #include "canopy_Sm90Tile.cuh"
 #include "canopy_VerifyAttentionLaunch.cuh"
@@ -45,25 +49,32 @@ namespace Impl
 struct Sm90Fp8MmaConfig : Sm90ProducerConfig
 {
   static constexpr bool READS_FP8 = true;
-  static constexpr int OP_BLOCKS = (D_QK + 127) / 128;  ///< 128-column swizzled blocks of an FP8 row (5)
-  static constexpr int OP_BLOCK_BYTES = fp8mma::OP_BLOCK_BYTES;  ///< 64 rows of one block (8 KB)
-  static constexpr int OP_BYTES = OP_BLOCKS * OP_BLOCK_BYTES;             ///< Q or a K stage (40 KB)
+  static constexpr int OP_BLOCK_BYTES = fp8mma::OP_BLOCK_BYTES;  ///< 64 rows of one 128-column block (8 KB)
+  static constexpr int ROPE_AT = fp8mma::LATENT_BLOCKS * OP_BLOCK_BYTES;  ///< the rope block in Q or a K stage
+  static constexpr int OP_BYTES = fp8mma::OP_BYTES;  ///< Q or a K stage (36 KB)
   static constexpr int ROW_CHUNKS = D_QK / 16;      ///< 16-byte chunks of a 576-byte FP8 row (36)
   static constexpr int LATENT_CHUNKS = D_V / 16;    ///< of which V (32)
   static constexpr int K32_STEPS = D_QK / 32;       ///< wgmma k-steps of Q.K^T (18)
+  static constexpr int LATENT_STEPS = D_V / 32;     ///< of which in the 128-byte-swizzled blocks (16)
   static constexpr int PV32_STEPS = N_TILE / 32;    ///< wgmma k-steps of P.V (2)
-  static constexpr int VT_ROW_BYTES = N_TILE;       ///< a V^T row: one byte per key of the stage
+  static constexpr int VT_ROW_BYTES = N_TILE;       ///< a V^T row: one byte per key of the tile
   static constexpr int VT_BYTES = D_V * VT_ROW_BYTES;  ///< 32 KB
-  static constexpr int STAGE_BYTES = OP_BYTES + VT_BYTES;  ///< K rows, then V^T (72 KB)
+  /// Three K stages: the gather runs two tiles ahead of the scores, so that a stage's rows have
+  /// landed long before they are needed, and the transpose of a tile starts as soon as they have.
+  /// V^T has buffers of its own (two, taking turns): a K stage is free once its tile's scores are
+  /// done and its V^T written, a V^T buffer once its tile's P.V is done.
+  static constexpr int K_STAGES = 3;
+  static constexpr int VT_BUFFERS = 2;
   static constexpr int P8_BYTES = M_TILE * N_TILE;  ///< P, 64-byte rows
-  static constexpr int BAR_BYTES = (3 * KV_STAGES + 1) * 8;
-  /// The shared-memory plan. beginTile stages the bf16 Q (ROWS_BYTES) in stage 1, which the
-  /// producer first fills after the compute warps have cast it into q8.
+  static constexpr int BAR_BYTES = (2 * K_STAGES + 2 * VT_BUFFERS + 1) * 8;
+  /// The shared-memory plan. beginTile stages the bf16 Q (ROWS_BYTES) from K stage 2 on (over
+  /// the V^T buffers), which the producer first fills after the compute warps have cast it into q8.
   struct Smem
   {
-    static constexpr SmemRegion q8{0, OP_BYTES};                      ///< Q in FP8
-    static constexpr SmemRegion kv = q8.next(KV_STAGES * STAGE_BYTES);  ///< K rows + V^T, per stage
-    static constexpr SmemRegion p8 = kv.next(P8_BYTES);                 ///< P in FP8
+    static constexpr SmemRegion q8{0, OP_BYTES};                     ///< Q in FP8
+    static constexpr SmemRegion k = q8.next(K_STAGES * OP_BYTES);      ///< the K stages' FP8 rows
+    static constexpr SmemRegion vt = k.next(VT_BUFFERS * VT_BYTES);    ///< V^T of a tile, per buffer
+    static constexpr SmemRegion p8 = vt.next(P8_BYTES);                ///< P in FP8
     static constexpr SmemRegion xrow = p8.next(XROW_BYTES);
     static constexpr SmemRegion vis = xrow.next(VIS_BYTES);
     static constexpr SmemRegion ring = vis.next(RING_BYTES);
@@ -71,28 +82,33 @@ struct Sm90Fp8MmaConfig : Sm90ProducerConfig
     static constexpr SmemRegion bars = info.next(BAR_BYTES);
   };
   static constexpr int SMEM_BYTES = Smem::bars.end();
-  static_assert(Smem::q8.offset % 1024 == 0 && Smem::kv.offset % 1024 == 0 && Smem::p8.offset % 1024 == 0 &&
-                    OP_BYTES % 1024 == 0 && STAGE_BYTES % 1024 == 0,
+  static constexpr int Q_STAGED_AT = Smem::k.offset + 2 * OP_BYTES;  ///< the bf16 Q beginTile stages
+  static_assert(Smem::q8.offset % 1024 == 0 && Smem::k.offset % 1024 == 0 && Smem::vt.offset % 1024 == 0 &&
+                    Smem::p8.offset % 1024 == 0 && OP_BYTES % 1024 == 0 && VT_BYTES % 1024 == 0 &&
+                    ROPE_AT % sm90::SWIZZLE64_ATOM_BYTES == 0,
                 "wgmma operands must start on swizzle atoms");
-  static_assert(STAGE_BYTES >= ROWS_BYTES, "the bf16 Q is staged in stage 1");
+  static_assert(Q_STAGED_AT + ROWS_BYTES <= Smem::vt.end(), "the bf16 Q is staged over K stage 2 and the V^T buffers");
   static_assert(SMEM_BYTES <= 227 * 1024, "sm_90 opt-in shared-memory limit per block (227 KB)");
   static_assert(M_TILE == N_TILE && N_TILE == fp8mma::KEYS && D_V == fp8mma::VALUE_BYTES && LATENT_CHUNKS == 32 &&
                     ROW_CHUNKS == 36 && PRODUCER_THREADS == 128 && S_KEYS == 32,
                 "the geometry of canopy_Sm90Layout.hpp's fp8mma maps");
 };
 
-/// The hand-off's mbarriers: keys[s] (the K rows of stage s landed, PRODUCER_THREADS arrivals),
-/// values[s] (its V^T written, PRODUCER_THREADS), empty[s] (the 8 compute warps' P.V of it done),
-/// and q_cast (the compute threads have cast Q out of stage 1: THREADS arrivals, each thread after
-/// its own reads, which is what compute-sanitizer's racecheck sees as ordering them before the
-/// producer's copies into stage 1; one arrival per warp after __syncwarp it reported as races).
+/// The hand-off's mbarriers: keys[s] (the rows of K stage s landed, PRODUCER_THREADS arrivals),
+/// kFree[s] (the 8 compute warps' scores of K stage s done), values[v] (V^T buffer v written,
+/// PRODUCER_THREADS), vFree[v] (the 8 compute warps' P.V of it done), and q_cast (the compute
+/// threads have cast Q out of where beginTile staged it: THREADS arrivals, each thread after its
+/// own reads, which is what compute-sanitizer's racecheck sees as ordering them before the
+/// producer's writes there; one arrival per warp after __syncwarp it reported as races).
 struct Fp8MmaBarriers
 {
+  using Cfg = Sm90Fp8MmaConfig;
   uint32_t base;
   __device__ __forceinline__ uint32_t keys(int s) const { return base + s * 8; }
-  __device__ __forceinline__ uint32_t values(int s) const { return base + 16 + s * 8; }
-  __device__ __forceinline__ uint32_t empty(int s) const { return base + 32 + s * 8; }
-  __device__ __forceinline__ uint32_t qCast() const { return base + 48; }
+  __device__ __forceinline__ uint32_t kFree(int s) const { return base + (Cfg::K_STAGES + s) * 8; }
+  __device__ __forceinline__ uint32_t values(int v) const { return base + (2 * Cfg::K_STAGES + v) * 8; }
+  __device__ __forceinline__ uint32_t vFree(int v) const { return base + (2 * Cfg::K_STAGES + Cfg::VT_BUFFERS + v) * 8; }
+  __device__ __forceinline__ uint32_t qCast() const { return base + (2 * Cfg::K_STAGES + 2 * Cfg::VT_BUFFERS) * 8; }
 };
 
 /// A producer warp's FP8 rows of tile \p j into the K rows of \p stage (ProducerCopies' rows: warp
@@ -118,8 +134,9 @@ __device__ __forceinline__ void issueFp8Rows(ProducerCopies const &rows, int j, 
   cpAsyncCommit();
 }
 
-/// A producer lane's addresses for transposeValues, relative to a stage (canopy_Sm90Layout.hpp,
-/// fp8mma): the ldmatrix row base, the 4 store bases of each key half, the permute selectors.
+/// A producer lane's addresses for transposeValues, relative to a K stage (the ldmatrix row base)
+/// and to a V^T buffer (the 4 store bases of each key half), and its permute selectors
+/// (canopy_Sm90Layout.hpp, fp8mma).
 struct TransposeLane
 {
   uint32_t load;
@@ -132,15 +149,15 @@ struct TransposeLane
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int s = 0; s < 4; ++s)
-        store[h][s] = fp8mma::storePiece(Sm90Fp8MmaConfig::OP_BYTES + fp8mma::storeBase(warp, lane, s), h);
+        store[h][s] = fp8mma::storePiece(fp8mma::storeBase(warp, lane, s), h);
   }
 };
 
-/// Producer warp \p warp's share of V^T for the landed K rows of \p stage: latent chunks 8 warp ..
+/// Producer warp \p warp's share of V^T, into \p vt, for the landed K rows of \p stage: latent chunks 8 warp ..
 /// 8 warp + 7 of both key halves, 16 ldmatrix pieces (the maps: canopy_Sm90Layout.hpp, fp8mma).
 /// Every address is a per-lane base plus a constant of the piece (loadPiece, storePiece), so a
 /// piece costs its ldmatrix, 8 permutes, 4 stores and one XOR.
-__device__ __forceinline__ void transposeValues(uint32_t stage, TransposeLane const &me)
+__device__ __forceinline__ void transposeValues(uint32_t stage, uint32_t vt, TransposeLane const &me)
 {
   uint32_t const ld = stage + me.load;
 #pragma unroll
@@ -151,44 +168,58 @@ __device__ __forceinline__ void transposeValues(uint32_t stage, TransposeLane co
     fp8mma::transpose4x4(r, w, me.sel);
 #pragma unroll
     for (int s = 0; s < 4; ++s)
-      stShared4(stage + me.store[i & 1][s] + fp8mma::storePieceRows(i), w[s]);
+      stShared4(vt + me.store[i & 1][s] + fp8mma::storePieceRows(i), w[s]);
   }
 }
 
-/// The producer warpgroup in fp8-mma: for each KV tile j, its rows (issued one tile ahead: tile 0
-/// in the prologue) land, keys[j % 2] is signalled, tile j + 1 is issued once its stage is free
-/// (empty; for tile 1, once the compute warps have cast Q out of stage 1), and the warpgroup
-/// writes tile j's V^T (after keys[j % 2] completes: every producer thread's rows are there) and
-/// signals values[j % 2]. The V^T transpose thus overlaps the compute warps' score wgmma.
+/// The producer warpgroup in fp8-mma. Tiles 0 and 1 are issued in the prologue (K stages 0, 1);
+/// for each tile j: its rows land (tile j + 1's may still be in flight), keys[j % 3] is signalled;
+/// tile j + 2 is issued into the K stage tile j - 1 used, once that tile's scores and V^T are done
+/// (for tile 2, once the compute warps have cast Q out of where it was staged); then, once every
+/// producer thread's rows of tile j are there and the P.V of tile j - 2 has freed V^T buffer
+/// j % 2, the warpgroup writes tile j's V^T and signals values[j % 2]. One cp.async group per
+/// tile (an empty one past the last), so that waiting for all but the newest is waiting for tile j.
 __device__ __forceinline__ void produceFp8MmaTiles(VerifyParams const &p, TileInfo const volatile *info,
-                                                   uint32_t kv_base, Fp8MmaBarriers const bars, int ntiles)
+                                                   uint32_t k_base, uint32_t vt_base, Fp8MmaBarriers const bars,
+                                                   int ntiles)
 {
   using Cfg = Sm90Fp8MmaConfig;
   ProducerCopies const rows{p, info->P, info->s0, info->s1, info->kv0, info->qo0};
   TransposeLane const lane_addr((static_cast<int>(threadIdx.x) - Cfg::THREADS) >> 5, rows.lane);
-  uint32_t slot_l = rows.slotOf(1);
+  uint32_t slot_l = rows.slotOf(2);
+  int ks = 0;  // j % K_STAGES
   for (int j = 0; j < ntiles; ++j)
   {
-    int const s = j & 1;
-    uint32_t const stage = kv_base + s * Cfg::STAGE_BYTES;
-    cpAsyncWait<0>();  // this thread's rows of tile j
+    uint32_t const stage = k_base + ks * Cfg::OP_BYTES;
+    cpAsyncWait<1>();  // this thread's rows of tile j
     sm90::fenceProxyAsync();
-    sm90::mbarrierArrive(bars.keys(s));
-    if (j + 1 < ntiles)
+    sm90::mbarrierArrive(bars.keys(ks));
+    if (j == 0)
+      sm90::mbarrierWait(bars.qCast(), 0);  // K stage 2 and the V^T buffers held the bf16 Q
+    int const next = ks == 0 ? 2 : ks - 1;  // (j + 2) % 3: the stage of tile j - 1
+    if (j + 2 < ntiles)
     {
-      int const n = (j + 1) & 1;
-      if (j + 1 >= 2)
-        sm90::mbarrierWait(bars.empty(n), (((j + 1) >> 1) - 1) & 1);
-      else
-        sm90::mbarrierWait(bars.qCast(), 0);
-      issueFp8Rows(rows, j + 1, kv_base + n * Cfg::STAGE_BYTES, slot_l);
-      slot_l = rows.slotOf(j + 2);
+      if (j >= 1)
+      {
+        // Tile j - 1's rows are read by its scores (compute warps) and its transpose (every
+        // producer warp: this one is done with it, the others signal values[(j - 1) % 2]).
+        sm90::mbarrierWait(bars.kFree(next), ((j - 1) / Cfg::K_STAGES) & 1);
+        sm90::mbarrierWait(bars.values((j - 1) & 1), ((j - 1) >> 1) & 1);
+      }
+      issueFp8Rows(rows, j + 2, k_base + next * Cfg::OP_BYTES, slot_l);
+      slot_l = rows.slotOf(j + 3);
     }
-    sm90::mbarrierWait(bars.keys(s), (j >> 1) & 1);  // every producer thread's rows of tile j
-    transposeValues(stage, lane_addr);
+    else
+      cpAsyncCommit();
+    sm90::mbarrierWait(bars.keys(ks), (j / Cfg::K_STAGES) & 1);  // every producer thread's rows of tile j
+    if (j >= 2)
+      sm90::mbarrierWait(bars.vFree(j & 1), ((j - 2) >> 1) & 1);
+    transposeValues(stage, vt_base + (j & 1) * Cfg::VT_BYTES, lane_addr);
     sm90::fenceProxyAsync();
-    sm90::mbarrierArrive(bars.values(s));
+    sm90::mbarrierArrive(bars.values(j & 1));
+    ks = ks == Cfg::K_STAGES - 1 ? 0 : ks + 1;
   }
+  cpAsyncWait<0>();  // the groups issued past the last tile (zero rows, or none) land before the thread exits
 }
 
 /// Q's bf16 rows (staged by beginTile at \p staged in cuda-sm90's layout) cast to FP8 into \p q8,
@@ -223,32 +254,38 @@ __device__ __forceinline__ void verifyTileSm90Fp8Mma(VerifyParams const &p, int 
   TileInfo const volatile *const info = win.info;
   TileSmem const &sm = win.sm;
   uint32_t const q8_base = win.at(Smem::q8);
-  uint32_t const kv_base = win.at(Smem::kv);
+  uint32_t const k_base = win.at(Smem::k);
+  uint32_t const vt_base = win.at(Smem::vt);
   uint32_t const p8_base = win.at(Smem::p8);
   Fp8MmaBarriers const bars{win.at(Smem::bars)};
   if (threadIdx.x == 0)
   {
-    for (int s = 0; s < Cfg::KV_STAGES; ++s)
+    for (int s = 0; s < Cfg::K_STAGES; ++s)
     {
       sm90::mbarrierInit(bars.keys(s), Cfg::PRODUCER_THREADS);
-      sm90::mbarrierInit(bars.values(s), Cfg::PRODUCER_THREADS);
-      sm90::mbarrierInit(bars.empty(s), Cfg::EMPTY_ARRIVALS);
+      sm90::mbarrierInit(bars.kFree(s), Cfg::EMPTY_ARRIVALS);
+    }
+    for (int v = 0; v < Cfg::VT_BUFFERS; ++v)
+    {
+      sm90::mbarrierInit(bars.values(v), Cfg::PRODUCER_THREADS);
+      sm90::mbarrierInit(bars.vFree(v), Cfg::EMPTY_ARRIVALS);
     }
     sm90::mbarrierInit(bars.qCast(), Cfg::THREADS);
   }
   TileSetup st;
   auto first_copies = [&](int P, int s0, int s1, int kv0, int64_t qo0) {
     ProducerCopies const rows{p, P, s0, s1, kv0, qo0};
-    issueFp8Rows(rows, 0, kv_base, rows.slotOf(0));
+    issueFp8Rows(rows, 0, k_base, rows.slotOf(0));
+    issueFp8Rows(rows, 1, k_base + Cfg::OP_BYTES, rows.slotOf(1));
   };
-  uint32_t const q_staged = kv_base + Cfg::STAGE_BYTES;
+  uint32_t const q_staged = win.at(SmemRegion{Cfg::Q_STAGED_AT, Cfg::ROWS_BYTES});
   if (!beginTile<Cfg>(p, b, mt, split, 0, q_staged, sm, st, first_copies))
     return;
   int const warpgroup = sm90::warpUniform(static_cast<int>(threadIdx.x) / 128);
   if (warpgroup >= Cfg::WARPGROUPS)
   {
     sm90::setMaxRegisters<Cfg::FP8_PRODUCER_REGS, false>();
-    produceFp8MmaTiles(p, info, kv_base, bars, st.ntiles);
+    produceFp8MmaTiles(p, info, k_base, vt_base, bars, st.ntiles);
     return;
   }
   sm90::setMaxRegisters<Cfg::FP8_COMPUTE_REGS, true>();
@@ -256,7 +293,7 @@ __device__ __forceinline__ void verifyTileSm90Fp8Mma(VerifyParams const &p, int 
   int const tid = threadIdx.x;
   ComputeLane const me = ComputeLane::of(tid);
   int const wg = me.wg, wrow = me.wrow, lane = me.lane, g = me.g;
-  // Stage: Q. The bf16 rows landed in beginTile; once cast, stage 1 is the producer's again.
+  // Stage: Q. The bf16 rows landed in beginTile; once cast, where they were is the producer's again.
   castQ<KV>(q_staged, q8_base, tid);
   sm90::fenceProxyAsync();
   sm90::mbarrierArrive(bars.qCast());
@@ -264,14 +301,20 @@ __device__ __forceinline__ void verifyTileSm90Fp8Mma(VerifyParams const &p, int 
 
   float const kv_scale = p.batch.kv_scale;
   float const scale = p.batch.sm_scale * kv_scale * LOG2E;
-  // Descriptors. Scores: A = Q, B = this warpgroup's 32 keys (both K-major, 128-byte swizzle); a
-  // k-step of 32 FP8 columns moves 32 bytes in a block, every 4 steps the next block. P.V: A = P,
-  // B = V^T rows [256 wg, +256) (K-major over the 64 keys, 64-byte swizzle); a k-step moves 32 bytes.
+  // Descriptors. Scores: A = Q, B = this warpgroup's 32 keys (both K-major); the latent k-steps of
+  // 32 FP8 columns move 32 bytes in a 128-byte-swizzled block, every 4 steps the next block; the
+  // two rope k-steps read the 64-byte-swizzled block after them. P.V: A = P, B = V^T rows
+  // [256 wg, +256) (K-major over the 64 keys, 64-byte swizzle); a k-step moves 32 bytes.
   uint64_t const q_desc = sm90::smemDescriptor(q8_base, 0, sm90::SWIZZLE_ATOM_BYTES);
   uint64_t const k_desc0 =
-      sm90::smemDescriptor(kv_base + wg * Cfg::S_KEYS * sm90::SWIZZLE_ROW_BYTES, 0, sm90::SWIZZLE_ATOM_BYTES);
+      sm90::smemDescriptor(k_base + wg * Cfg::S_KEYS * sm90::SWIZZLE_ROW_BYTES, 0, sm90::SWIZZLE_ATOM_BYTES);
+  uint64_t const q_rope_desc =
+      sm90::smemDescriptor(q8_base + Cfg::ROPE_AT, 0, sm90::SWIZZLE64_ATOM_BYTES, sm90::Swizzle::k64B);
+  uint64_t const k_rope_desc0 =
+      sm90::smemDescriptor(k_base + Cfg::ROPE_AT + wg * Cfg::S_KEYS * sm90::SWIZZLE64_ROW_BYTES, 0,
+                           sm90::SWIZZLE64_ATOM_BYTES, sm90::Swizzle::k64B);
   uint64_t const p_desc = sm90::smemDescriptor(p8_base, 0, sm90::SWIZZLE64_ATOM_BYTES, sm90::Swizzle::k64B);
-  uint64_t const v_desc0 = sm90::smemDescriptor(kv_base + Cfg::OP_BYTES + wg * Cfg::O_COLS * Cfg::VT_ROW_BYTES, 0,
+  uint64_t const v_desc0 = sm90::smemDescriptor(vt_base + wg * Cfg::O_COLS * Cfg::VT_ROW_BYTES, 0,
                                                 sm90::SWIZZLE64_ATOM_BYTES, sm90::Swizzle::k64B);
 
   float o[Cfg::O_REGS];
@@ -282,30 +325,40 @@ __device__ __forceinline__ void verifyTileSm90Fp8Mma(VerifyParams const &p, int 
   int const ntiles = st.ntiles;
   bool const moves = windowMoves(info);
 
+  int ks_ = 0;  // j % K_STAGES
   for (int j = 0; j < ntiles; ++j)
   {
-    int const s_ = j & 1;
-    uint32_t const stage = s_ * Cfg::STAGE_BYTES;
+    uint32_t const stage = ks_ * Cfg::OP_BYTES;
+    uint32_t const vt = (j & 1) * Cfg::VT_BYTES;
     // Stage: load. The K rows of tile j have landed; V^T follows (waited for before P.V).
-    sm90::mbarrierWait(bars.keys(s_), (j >> 1) & 1);
+    sm90::mbarrierWait(bars.keys(ks_), (j / Cfg::K_STAGES) & 1);
     if (moves)
     {
       computeBarrier<Cfg>();
       advanceVisibility<Cfg>(p, sm, j);
     }
 
-    // Stage: scores, S = Q K^T over this warpgroup's 32 keys, 18 FP8 k-steps.
+    // Stage: scores, S = Q K^T over this warpgroup's 32 keys, 18 FP8 k-steps (16 latent, 2 rope).
     float s[Cfg::S_REGS];
     sm90::wgmmaFence();
 #pragma unroll
-    for (int ks = 0; ks < Cfg::K32_STEPS; ++ks)
+    for (int ks = 0; ks < Cfg::LATENT_STEPS; ++ks)
     {
       uint32_t const koff = (ks >> 2) * Cfg::OP_BLOCK_BYTES + (ks & 3) * 32;
       sm90::wgmmaM64N32Fp8<E5M2>(s, sm90::advance(q_desc, koff), sm90::advance(k_desc0, stage + koff), ks > 0);
     }
+#pragma unroll
+    for (int ks = Cfg::LATENT_STEPS; ks < Cfg::K32_STEPS; ++ks)
+    {
+      uint32_t const koff = (ks - Cfg::LATENT_STEPS) * 32;
+      sm90::wgmmaM64N32Fp8<E5M2>(s, sm90::advance(q_rope_desc, koff), sm90::advance(k_rope_desc0, stage + koff), 1);
+    }
     sm90::wgmmaCommit();
     sm90::wgmmaWait<0>();
     sm90::fenceOperands(s);
+    __syncwarp();
+    if (lane == 0)
+      sm90::mbarrierArrive(bars.kFree(ks_));  // the scores' wgmma have read K stage ks_
 
     maskAndSoftmax<Cfg>(p, info, sm, xrow, j, me, scale, s, row, o);
 
@@ -321,18 +374,19 @@ __device__ __forceinline__ void verifyTileSm90Fp8Mma(VerifyParams const &p, int 
     namedBarrier(kProbsReady, Cfg::THREADS);
 
     // Stage: P.V, O[:, 256 wg + ...] += P (64 x 64) V (64 x 256), once V^T is written.
-    sm90::mbarrierWait(bars.values(s_), (j >> 1) & 1);
+    sm90::mbarrierWait(bars.values(j & 1), (j >> 1) & 1);
     sm90::fenceOperands(o);
     sm90::wgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < Cfg::PV32_STEPS; ++kk)
-      sm90::wgmmaM64N256Fp8<E5M2>(o, sm90::advance(p_desc, kk * 32), sm90::advance(v_desc0, stage + kk * 32), 1);
+      sm90::wgmmaM64N256Fp8<E5M2>(o, sm90::advance(p_desc, kk * 32), sm90::advance(v_desc0, vt + kk * 32), 1);
     sm90::wgmmaCommit();
     sm90::wgmmaWait<0>();
     sm90::fenceOperands(o);
     __syncwarp();
     if (lane == 0)
-      sm90::mbarrierArrive(bars.empty(s_));
+      sm90::mbarrierArrive(bars.vFree(j & 1));
+    ks_ = ks_ == Cfg::K_STAGES - 1 ? 0 : ks_ + 1;
   }
   storeTile<Cfg, PartialT>(p, info, xrow, me, kv_scale, row, o);
 }

@@ -42,14 +42,25 @@ TEST(Sm90Layout, swizzlesAreTheHardwareAddressBitXors)
   }
 }
 
-/// Q and the K rows: byte kb of row r goes where the score wgmma's k-step kb / 32 reads it (block
-/// kb / 128, start advanced by 32 bytes a step inside the block, the swizzle on the address).
+/// Q and the K rows: byte kb of row r goes where the score wgmma's k-step kb / 32 reads it (latent:
+/// block kb / 128, start advanced by 32 bytes a step inside the block, the 128-byte swizzle on the
+/// address; rope: the 64-byte-swizzled block after them, 32 bytes a step), and the row's bytes
+/// fill the operand's OP_BYTES exactly.
 TEST(Sm90Layout, fp8RowsLieWhereTheScoreWgmmaReadsThem)
 {
+  std::set<int> used;
   for (int r = 0; r < 64; ++r)
     for (int kb = 0; kb < ROW_BYTES; ++kb)
-      ASSERT_EQ(fp8mma::opOffset(r, kb / 16) + kb % 16, (kb / 128) * fp8mma::OP_BLOCK_BYTES + hw128(r * 128 + kb % 128))
-          << "row " << r << " byte " << kb;
+    {
+      int const a = fp8mma::opOffset(r, kb / 16) + kb % 16;
+      int const rope0 = fp8mma::LATENT_BLOCKS * fp8mma::OP_BLOCK_BYTES;
+      int const want = kb < fp8mma::VALUE_BYTES ? (kb / 128) * fp8mma::OP_BLOCK_BYTES + hw128(r * 128 + kb % 128)
+                                                : rope0 + hw64(r * 64 + kb - fp8mma::VALUE_BYTES);
+      ASSERT_EQ(a, want) << "row " << r << " byte " << kb;
+      used.insert(a);
+    }
+  EXPECT_EQ(used.size(), static_cast<size_t>(fp8mma::OP_BYTES));
+  EXPECT_EQ(*used.rbegin(), fp8mma::OP_BYTES - 1);
 }
 
 TEST(Sm90Layout, keyColumnIsAPermutationOfEachHalf)
@@ -107,7 +118,7 @@ TEST(Sm90Layout, producerTransposeGivesVTransposedInKeyColumnOrder)
   std::vector<uint8_t> rows(64 * ROW_BYTES);
   for (uint8_t &b : rows)
     b = static_cast<uint8_t>(rng());
-  std::vector<uint8_t> stage(5 * fp8mma::OP_BLOCK_BYTES, 0);
+  std::vector<uint8_t> stage(fp8mma::OP_BYTES, 0);
   for (int r = 0; r < 64; ++r)
     for (int ch = 0; ch < ROW_BYTES / 16; ++ch)
       std::memcpy(&stage[static_cast<size_t>(fp8mma::opOffset(r, ch))], &rows[static_cast<size_t>(r * ROW_BYTES + ch * 16)], 16);
