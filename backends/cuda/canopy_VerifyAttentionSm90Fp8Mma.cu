@@ -32,7 +32,7 @@
 /// a tile took ~3,890 cycles, ~3,150 with the transpose left out (the model's ~3,100), against
 /// bf16's ~4,470; the transpose and the next gather's issue waited on each other. Three K stages
 /// and V^T buffers of their own (Q 36 + 3 x 36 + 2 x 32 + P 4 KB) were 2-10% faster than two at 11
-/// of 12 budget-study shapes (2% slower at B = 1, T = 16, P = 16K: four tiles a CTA, where the
+/// of 12 budget-study shapes (2% slower at B = 1, T = 16, P = 16K: five tiles a CTA, where the
 /// deeper prologue does not pay): ~3,540 cycles a tile, 1.21-1.34x the bf16 step at T >= 256 and
 /// P >= 16K, same run.
 #include "canopy_Fp8Convert.cuh"
