@@ -7,7 +7,6 @@
 #include "canopy_Fp8.hpp"
 #include "canopy_Types.hpp"
 
-#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -88,14 +87,14 @@ inline std::string numericsUndefinedFor(KvDtype dtype, Numerics numerics)
   return "";
 }
 
-/// \brief A run's rule for \p numerics over its inputs' \p dtypes: the index of the first dtype it
-/// has no meaning for when it has none for any of them (a mistake, refused before any work), else
-/// dtypes.size() (defined for all, or for some: the other inputs' rows are skipped, saying why).
-inline size_t numericsUndefinedForAll(std::vector<KvDtype> const &dtypes, Numerics numerics)
+/// \brief A run's rule for \p numerics over its inputs' \p dtypes: true when there are inputs and
+/// \p numerics has no meaning for any of them (a mistake, refused before any work); false when it
+/// has one for all, or for some (the other inputs' rows are skipped, saying why).
+inline bool numericsUndefinedForAll(std::vector<KvDtype> const &dtypes, Numerics numerics)
 {
   for (KvDtype const d : dtypes)
     if (numericsUndefinedFor(d, numerics).empty())
-      return dtypes.size();
-  return 0;
+      return false;
+  return !dtypes.empty();
 }
 } // namespace canopy

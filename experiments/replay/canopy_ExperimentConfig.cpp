@@ -84,9 +84,9 @@ void refuseNumericsUndefinedForAll(std::vector<Numerics> const &numerics, std::v
                                    std::vector<std::string> const &where)
 {
   for (size_t i = 0; i < numerics.size(); ++i)
-    if (size_t const k = numericsUndefinedForAll(dtypes, numerics[i]); k < dtypes.size())
-      throw InputError("options.numerics[" + std::to_string(i) + "]: " + numericsUndefinedFor(dtypes[k], numerics[i]) +
-                       " (" + where[k] + ")");
+    if (numericsUndefinedForAll(dtypes, numerics[i]))
+      throw InputError("options.numerics[" + std::to_string(i) + "]: " + numericsUndefinedFor(dtypes[0], numerics[i]) +
+                       " (" + where[0] + ")");
 }
 
 std::string contentHash(std::string const &bytes) { return hexOf(fnv1a(FNV_OFFSET, bytes.data(), bytes.size())); }

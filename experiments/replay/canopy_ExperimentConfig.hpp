@@ -99,7 +99,7 @@ ExperimentConfig loadExperimentConfig(std::string const &path);
 
 /// \brief A run's numerics against its inputs' dtypes: a numerics with no meaning for any input
 /// (numericsUndefinedForAll) throws InputError naming options.numerics[i], why, and how the first
-/// input's dtype was chosen (\p where[k] for input k); one with a meaning for some inputs passes
+/// input's dtype was chosen (\p where[0]); one with a meaning for some inputs passes
 /// (the others' rows say skipped). The config's parse calls it, and makeSources once traces' stored
 /// dtypes are known.
 void refuseNumericsUndefinedForAll(std::vector<Numerics> const &numerics, std::vector<KvDtype> const &dtypes,
